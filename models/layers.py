@@ -1,0 +1,188 @@
+"""Transformer building blocks: embeddings with positions, feed-forward, encoder and decoder layers.
+
+All attention goes through the `attention/` modules. Dropout is active only when a
+PRNG key is passed (`dropout_rng`); eval and decoding pass None.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attention import CausalSelfAttention, CrossAttention, CrossKV, KVCache, SelfAttention
+
+ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu}
+
+
+def split_rng(rng: jax.Array | None, num: int) -> list[jax.Array | None]:
+    """`num` independent keys from `rng`, or `num` Nones when dropout is off."""
+    return [None] * num if rng is None else list(jax.random.split(rng, num))
+
+
+def dropout(x: jnp.ndarray, rate: float, rng: jax.Array | None) -> jnp.ndarray:
+    """Inverted dropout; identity when `rng` is None or rate is 0."""
+    if rng is None or rate == 0.0:
+        return x
+    keep = jax.random.bernoulli(rng, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+
+
+def sinusoidal_positions(positions: jnp.ndarray, dim: int) -> jnp.ndarray:
+    """Sinusoidal position encodings (Vaswani et al. 2017), sin on even, cos on odd channels.
+
+    positions: int [...]; returns float32 [..., dim].
+    """
+    inv_freq = np.exp(-math.log(10000.0) * np.arange(0, dim, 2) / dim).astype(np.float32)
+    angles = positions[..., None].astype(jnp.float32) * inv_freq
+    enc = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+    return enc.reshape(*positions.shape, -1)[..., :dim]
+
+
+class Embeddings(nnx.Module):
+    """Token embedding scaled by sqrt(d_model) plus sinusoidal or learned positions.
+
+    The token table doubles as the output projection when embeddings are shared.
+    """
+
+    def __init__(self, vocab_size: int, cfg, *, rngs: nnx.Rngs):
+        self.d_model = cfg.d_model
+        self.kind = cfg.positions
+        self.dtype = jnp.dtype(cfg.dtype)
+        self.tokens = nnx.Embed(
+            vocab_size, cfg.d_model, dtype=self.dtype, param_dtype=jnp.dtype(cfg.param_dtype),
+            embedding_init=nnx.initializers.normal(cfg.d_model**-0.5), rngs=rngs,
+        )
+        if self.kind == "learned":
+            self.positions = nnx.Embed(cfg.max_positions, cfg.d_model, dtype=self.dtype, rngs=rngs)
+        elif self.kind != "sinusoidal":
+            raise ValueError(f"model.positions must be 'sinusoidal' or 'learned', got {self.kind!r}")
+
+    def __call__(self, ids: jnp.ndarray, positions: jnp.ndarray) -> jnp.ndarray:
+        """ids: int [B, T]; positions: int [B, T] or [T]. Returns [B, T, D]."""
+        x = self.tokens(ids) * jnp.asarray(math.sqrt(self.d_model), self.dtype)
+        if self.kind == "learned":
+            pos = self.positions(positions)
+        else:
+            pos = sinusoidal_positions(positions, self.d_model)
+        return x + pos.astype(self.dtype)
+
+    def logits(self, x: jnp.ndarray) -> jnp.ndarray:
+        """Tied output projection: x [B, T, D] -> float32 logits [B, T, V]."""
+        table = self.tokens.embedding[...].astype(x.dtype)
+        return jnp.einsum("btd,vd->btv", x, table, preferred_element_type=jnp.float32)
+
+
+class FeedForward(nnx.Module):
+    """Position-wise feed-forward: Linear(D -> d_ff), activation, dropout, Linear(d_ff -> D)."""
+
+    def __init__(self, cfg, *, rngs: nnx.Rngs):
+        kw = dict(dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
+        self.up = nnx.Linear(cfg.d_model, cfg.d_ff, **kw)
+        self.down = nnx.Linear(cfg.d_ff, cfg.d_model, **kw)
+        self.activation = ACTIVATIONS[cfg.activation]
+        self.rate = cfg.dropout
+
+    def __call__(self, x: jnp.ndarray, dropout_rng: jax.Array | None) -> jnp.ndarray:
+        """x: [B, T, D] -> [B, T, D]."""
+        return self.down(dropout(self.activation(self.up(x)), self.rate, dropout_rng))
+
+
+def _attention_kwargs(cfg) -> dict:
+    return dict(
+        dropout_rate=cfg.attention_dropout, dtype=jnp.dtype(cfg.dtype),
+        param_dtype=jnp.dtype(cfg.param_dtype), attention_impl=cfg.attention_impl,
+    )
+
+
+def _norm(cfg, rngs: nnx.Rngs) -> nnx.LayerNorm:
+    return nnx.LayerNorm(cfg.d_model, epsilon=1e-6, dtype=jnp.dtype(cfg.dtype),
+                         param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
+
+
+class Residual(nnx.Module):
+    """One residual sublayer with its layer norm: pre-LN `x + f(LN(x))` or post-LN `LN(x + f(x))`."""
+
+    def __init__(self, cfg, *, rngs: nnx.Rngs):
+        self.norm = _norm(cfg, rngs)
+        self.pre_ln = cfg.pre_ln
+        self.rate = cfg.dropout
+
+    def __call__(self, x, sublayer, dropout_rng):
+        """x: [B, T, D]; sublayer maps [B, T, D] -> ([B, T, D], extra). Returns (y, extra)."""
+        y, extra = sublayer(self.norm(x) if self.pre_ln else x)
+        y = x + dropout(y, self.rate, dropout_rng)
+        return (y if self.pre_ln else self.norm(y)), extra
+
+
+class EncoderLayer(nnx.Module):
+    """Self-attention + feed-forward, each in a residual block."""
+
+    def __init__(self, cfg, *, rngs: nnx.Rngs):
+        self.attention = SelfAttention(cfg.d_model, cfg.num_heads, **_attention_kwargs(cfg), rngs=rngs)
+        self.feed_forward = FeedForward(cfg, rngs=rngs)
+        self.attention_block = Residual(cfg, rngs=rngs)
+        self.feed_forward_block = Residual(cfg, rngs=rngs)
+
+    def __call__(self, x, valid, dropout_rng=None, return_weights=False):
+        """x: [B, S, D]; valid: bool [B, S]. Returns ([B, S, D], weights [B, H, S, S] | None)."""
+        r = split_rng(dropout_rng, 4)
+        x, weights = self.attention_block(
+            x, lambda h: self.attention(h, valid, dropout_rng=r[0], return_weights=return_weights),
+            r[1],
+        )
+        x, _ = self.feed_forward_block(x, lambda h: (self.feed_forward(h, r[2]), None), r[3])
+        return x, weights
+
+
+class DecoderLayer(nnx.Module):
+    """Causal self-attention, cross-attention to the encoder, feed-forward; each residual."""
+
+    def __init__(self, cfg, *, rngs: nnx.Rngs):
+        kw = _attention_kwargs(cfg)
+        self.self_attention = CausalSelfAttention(cfg.d_model, cfg.num_heads, **kw, rngs=rngs)
+        self.cross_attention = CrossAttention(cfg.d_model, cfg.num_heads, **kw, rngs=rngs)
+        self.feed_forward = FeedForward(cfg, rngs=rngs)
+        self.self_block = Residual(cfg, rngs=rngs)
+        self.cross_block = Residual(cfg, rngs=rngs)
+        self.feed_forward_block = Residual(cfg, rngs=rngs)
+
+    def __call__(self, y, valid, cross_kv: CrossKV, dropout_rng=None, return_weights=False):
+        """Full-sequence (teacher-forced) pass.
+
+        y: [B, T, D]; valid: bool [B, T]; cross_kv: projected encoder memory.
+        Returns ([B, T, D], self weights [B, H, T, T] | None, cross weights [B, H, T, S] | None).
+        """
+        r = split_rng(dropout_rng, 6)
+        y, self_w = self.self_block(
+            y, lambda h: self.self_attention(h, valid, dropout_rng=r[0], return_weights=return_weights),
+            r[1],
+        )
+        y, cross_w = self.cross_block(
+            y, lambda h: self.cross_attention(h, cross_kv, dropout_rng=r[2], return_weights=return_weights),
+            r[3],
+        )
+        y, _ = self.feed_forward_block(y, lambda h: (self.feed_forward(h, r[4]), None), r[5])
+        return y, self_w, cross_w
+
+    def step(self, y, cache: KVCache, cross_kv: CrossKV, return_weights=False):
+        """One decoding step (no dropout).
+
+        y: [B, 1, D]. Returns ([B, 1, D], new cache, self weights [B, H, 1, T_max] | None,
+        cross weights [B, H, 1, S] | None).
+        """
+        new_cache = [cache]
+
+        def self_sublayer(h):
+            out, new_cache[0], w = self.self_attention.step(h, cache, return_weights=return_weights)
+            return out, w
+
+        y, self_w = self.self_block(y, self_sublayer, None)
+        y, cross_w = self.cross_block(
+            y, lambda h: self.cross_attention(h, cross_kv, return_weights=return_weights), None
+        )
+        y, _ = self.feed_forward_block(y, lambda h: (self.feed_forward(h, None), None), None)
+        return y, new_cache[0], self_w, cross_w

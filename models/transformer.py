@@ -1,0 +1,164 @@
+"""Encoder-decoder Transformer (Vaswani et al. 2017) built from the `attention/` modules.
+
+Token conventions (from `data/tokenizer.py`): pad = 0; the source is `tokens + [eos]`;
+the decoder input is `[bos] + tokens`, the decoder target `tokens + [eos]`.
+
+Entry points:
+  * `model(src, tgt_in)` -> logits, the teacher-forced training pass;
+  * `encode` / `decode` for the two halves;
+  * `init_decode_state` + `decode_step` for cached token-by-token decoding (search.py).
+With `return_weights=True` each entry point also returns the attention weights keyed
+by kind, stacked over layers: "encoder_self" [L_enc, B, H, S, S], "decoder_self"
+[L_dec, B, H, T, T], "cross" [L_dec, B, H, T, S].
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attention import CrossKV, KVCache
+from models.layers import DecoderLayer, Embeddings, EncoderLayer, _norm, dropout, split_rng
+
+PAD_ID = 0
+
+
+class DecodeState(NamedTuple):
+    """Everything incremental decoding carries between steps (a pytree).
+
+    caches: one `KVCache` per decoder layer ([B, T_max, H, Dk] each);
+    cross: one `CrossKV` per decoder layer ([B, S, H, Dk] each, computed once per source).
+    """
+
+    caches: tuple[KVCache, ...]
+    cross: tuple[CrossKV, ...]
+
+
+def _stack(weights: list) -> jnp.ndarray | None:
+    return None if weights[0] is None else jnp.stack(weights)
+
+
+class Transformer(nnx.Module):
+    """Encoder-decoder Transformer.
+
+    Args:
+      cfg: the `model` config group (d_model, num_heads, num_encoder_layers,
+        num_decoder_layers, d_ff, dropout, attention_dropout, activation, pre_ln,
+        positions, share_embeddings, dtype, param_dtype, attention_impl).
+      src_vocab_size, tgt_vocab_size: vocabulary sizes (equal with a joint vocabulary).
+    """
+
+    def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.dtype = jnp.dtype(cfg.dtype)
+        self.target_embed = Embeddings(tgt_vocab_size, cfg, rngs=rngs)
+        if cfg.share_embeddings:
+            if src_vocab_size != tgt_vocab_size:
+                raise ValueError("model.share_embeddings needs one joint vocabulary (data.joint_vocab)")
+            self.source_embed = self.target_embed
+        else:
+            self.source_embed = Embeddings(src_vocab_size, cfg, rngs=rngs)
+        self.encoder_layers = nnx.List(
+            [EncoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_encoder_layers)]
+        )
+        self.decoder_layers = nnx.List(
+            [DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_decoder_layers)]
+        )
+        # Pre-LN stacks need a final norm; post-LN layers already end in one.
+        self.encoder_norm = _norm(cfg, rngs) if cfg.pre_ln else None
+        self.decoder_norm = _norm(cfg, rngs) if cfg.pre_ln else None
+
+    def encode(self, src: jnp.ndarray, *, dropout_rng=None, return_weights: bool = False):
+        """Encode source ids.
+
+        src: int32 [B, S] (pad = 0). Returns (memory [B, S, D], src_valid bool [B, S],
+        encoder self-attention [L_enc, B, H, S, S] | None).
+        """
+        valid = src != PAD_ID
+        r = split_rng(dropout_rng, len(self.encoder_layers) + 1)
+        x = dropout(self.source_embed(src, jnp.arange(src.shape[1])), self.cfg.dropout, r[-1])
+        weights = []
+        for layer, rng in zip(self.encoder_layers, r, strict=False):
+            x, w = layer(x, valid, rng, return_weights)
+            weights.append(w)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x, valid, _stack(weights)
+
+    def cross_kv(self, memory: jnp.ndarray, src_valid: jnp.ndarray) -> tuple[CrossKV, ...]:
+        """Project the encoder memory for every decoder layer once. memory: [B, S, D]."""
+        return tuple(layer.cross_attention.precompute(memory, src_valid)
+                     for layer in self.decoder_layers)
+
+    def decode(self, tgt_in, memory, src_valid, *, dropout_rng=None, return_weights=False):
+        """Teacher-forced decoder pass.
+
+        tgt_in: int32 [B, T] (bos + tokens, pad = 0); memory: [B, S, D]; src_valid: bool [B, S].
+        Returns (logits float32 [B, T, V], {"decoder_self": [L, B, H, T, T], "cross": [L, B, H, T, S]} | None).
+        """
+        valid = tgt_in != PAD_ID
+        r = split_rng(dropout_rng, len(self.decoder_layers) + 1)
+        y = dropout(self.target_embed(tgt_in, jnp.arange(tgt_in.shape[1])), self.cfg.dropout, r[-1])
+        self_ws, cross_ws = [], []
+        for layer, kv, rng in zip(self.decoder_layers, self.cross_kv(memory, src_valid), r, strict=False):
+            y, self_w, cross_w = layer(y, valid, kv, rng, return_weights)
+            self_ws.append(self_w)
+            cross_ws.append(cross_w)
+        if self.decoder_norm is not None:
+            y = self.decoder_norm(y)
+        logits = self.target_embed.logits(y)
+        weights = {"decoder_self": _stack(self_ws), "cross": _stack(cross_ws)} if return_weights else None
+        return logits, weights
+
+    def __call__(self, src, tgt_in, *, dropout_rng=None, return_weights=False):
+        """Training / teacher-forced forward pass.
+
+        src: int32 [B, S]; tgt_in: int32 [B, T]. Returns (logits float32 [B, T, V],
+        weights dict {"encoder_self", "decoder_self", "cross"} | None).
+        """
+        enc_rng, dec_rng = split_rng(dropout_rng, 2)
+        memory, src_valid, enc_w = self.encode(src, dropout_rng=enc_rng, return_weights=return_weights)
+        logits, weights = self.decode(
+            tgt_in, memory, src_valid, dropout_rng=dec_rng, return_weights=return_weights
+        )
+        if return_weights:
+            weights = {"encoder_self": enc_w, **weights}
+        return logits, weights
+
+    def init_decode_state(self, memory, src_valid, max_length: int) -> DecodeState:
+        """Empty self-attention caches for `max_length` steps and the projected memory.
+
+        memory: [B, S, D]; src_valid: bool [B, S].
+        """
+        batch = memory.shape[0]
+        caches = tuple(layer.self_attention.init_cache(batch, max_length)
+                       for layer in self.decoder_layers)
+        return DecodeState(caches, self.cross_kv(memory, src_valid))
+
+    def decode_step(self, tokens: jnp.ndarray, state: DecodeState, *, return_weights: bool = False):
+        """Feed one token per sequence at position `state.caches[0].index`.
+
+        tokens: int32 [B]. Returns (logits float32 [B, V], new state,
+        {"decoder_self": [L, B, H, T_max], "cross": [L, B, H, S]} | None).
+        """
+        position = state.caches[0].index
+        y = self.target_embed(tokens[:, None], position[None])
+        caches, self_ws, cross_ws = [], [], []
+        for layer, cache, kv in zip(self.decoder_layers, state.caches, state.cross, strict=True):
+            y, cache, self_w, cross_w = layer.step(y, cache, kv, return_weights)
+            caches.append(cache)
+            self_ws.append(None if self_w is None else self_w[:, :, 0])
+            cross_ws.append(None if cross_w is None else cross_w[:, :, 0])
+        if self.decoder_norm is not None:
+            y = self.decoder_norm(y)
+        logits = self.target_embed.logits(y)[:, 0]
+        weights = {"decoder_self": _stack(self_ws), "cross": _stack(cross_ws)} if return_weights else None
+        return logits, DecodeState(tuple(caches), state.cross), weights
+
+
+def count_params(model: nnx.Module) -> int:
+    """Number of trainable parameters (a shared embedding counted once)."""
+    return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
