@@ -1,0 +1,220 @@
+"""Alignment extraction, word merging, Pharaoh/TALP files and AER."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attention.alignment import (
+    aer,
+    extract_alignment,
+    extract_alignments,
+    format_pharaoh,
+    parse_pharaoh,
+    read_pharaoh,
+    read_talp,
+    words_from_pieces,
+)
+from attention.mapfile import AttentionMaps, validate_maps
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def fixture_pairs() -> list[tuple[list[str], list[str]]]:
+    """(German words, English words) of the 10 fixture sentences."""
+    lines = (FIXTURES / "rwth_de_en.head10.de-en").read_text(encoding="utf-8").splitlines()
+    return [tuple(side.split() for side in line.split(" ||| ")) for line in lines]
+
+
+def hand_maps(examples: list[tuple[list[str], list[str], np.ndarray]]) -> AttentionMaps:
+    """Maps from (source pieces, target pieces, cross [L, H, T, S]) per example.
+
+    Self-attention is uniform over valid (and, for the decoder, past) keys.
+    """
+    n = len(examples)
+    s = max(len(src) for src, _, _ in examples)
+    t = max(len(tgt) for _, tgt, _ in examples)
+    layers, heads = examples[0][2].shape[:2]
+    enc = np.zeros((n, layers, heads, s, s), np.float32)
+    dec = np.zeros((n, layers, heads, t, t), np.float32)
+    cross = np.zeros((n, layers, heads, t, s), np.float32)
+    src_tok, tgt_tok = np.full((n, s), "", "<U12"), np.full((n, t), "", "<U12")
+    for i, (src, tgt, att) in enumerate(examples):
+        enc[i, :, :, : len(src), : len(src)] = 1.0 / len(src)
+        dec[i, :, :, : len(tgt), : len(tgt)] = np.tril(np.ones((len(tgt),) * 2)) / np.arange(
+            1, len(tgt) + 1)[:, None]
+        cross[i, :, :, : len(tgt), : len(src)] = att
+        src_tok[i, : len(src)], tgt_tok[i, : len(tgt)] = src, tgt
+    maps = AttentionMaps(enc, dec, cross, src_tok, tgt_tok,
+                         np.array([len(e[0]) for e in examples], np.int32),
+                         np.array([len(e[1]) for e in examples], np.int32), 0, "greedy")
+    validate_maps(maps)
+    return maps
+
+
+SRC = ["▁a", "▁b", "▁c", "</s>"]
+TGT = ["<s>", "▁x", "▁y", "▁z"]  # decoder input; row r predicts TGT[r + 1] (or </s>)
+#                 a    b    c   </s>
+A = np.array([[0.1, 0.6, 0.2, 0.1],   # row 0: input <s>, predicts x
+              [0.7, 0.1, 0.1, 0.1],   # row 1: input x,   predicts y
+              [0.1, 0.1, 0.3, 0.5],   # row 2: input y,   predicts z (</s> wins, then c)
+              [0.1, 0.1, 0.6, 0.2]])  # row 3: input z,   predicts </s>
+B = np.array([[0.1, 0.1, 0.7, 0.1],
+              [0.7, 0.1, 0.1, 0.1],
+              [0.1, 0.6, 0.2, 0.1],
+              [0.1, 0.1, 0.6, 0.2]])
+
+
+def simple_maps() -> AttentionMaps:
+    """Two layers, two heads: layer 0 = A for both heads, layer 1 head 0 = A, head 1 = B."""
+    att = np.stack([np.stack([A, A]), np.stack([A, B])])  # [L=2, H=2, T, S]
+    return hand_maps([(SRC, TGT, att)])
+
+
+def test_argmax_per_target_token_on_the_prediction_row():
+    maps = simple_maps()
+    # x <- row 0 -> b; y <- row 1 -> a; z <- row 2 -> c once </s> is skipped.
+    assert extract_alignment(maps, 0, layers=[0]) == [(0, 1), (1, 0), (2, 2)]
+
+
+def test_keeping_eos_leaves_its_winners_unaligned():
+    maps = simple_maps()
+    assert extract_alignment(maps, 0, layers=[0], skip_eos=False) == [(0, 1), (1, 0)]
+
+
+def test_shift_reads_the_row_where_the_word_is_the_input():
+    maps = simple_maps()
+    # x <- row 1 -> a; y <- row 2 -> c (</s> skipped); z <- row 3 -> c.
+    assert extract_alignment(maps, 0, layers=[0], shift=True) == [(0, 0), (2, 1), (2, 2)]
+
+
+def test_layers_and_heads_are_averaged_as_asked():
+    maps = simple_maps()
+    # Layer 1, head 1 (= B): x <- row 0 -> c; z <- row 2 -> b.
+    assert extract_alignment(maps, 0, layers=[1], heads=[1]) == [(0, 1), (1, 2), (2, 0)]
+    assert extract_alignment(maps, 0, layers=-1, heads=1) == [(0, 1), (1, 2), (2, 0)]
+    # Layer 1, mean of heads: row 0 = [.1, .35, .45, .1] -> c; row 2 = [.1, .35, .25, .3] -> b.
+    assert extract_alignment(maps, 0, layers=[1]) == [(0, 1), (1, 2), (2, 0)]
+    # All layers and heads (3 x A, 1 x B): row 0 -> b, row 2 -> c (</s> skipped).
+    assert extract_alignment(maps, 0) == [(0, 1), (1, 0), (2, 2)]
+    assert extract_alignment(maps, 0, heads=[0]) == [(0, 1), (1, 0), (2, 2)]
+
+
+def test_words_from_pieces():
+    assert words_from_pieces(["▁Ein", "▁Mann", "▁spiel", "t", "</s>"]) == [0, 1, 2, 2, -1]
+    assert words_from_pieces(["<s>", "▁A", "▁man", "▁play", "s"]) == [-1, 0, 1, 2, 2]
+    assert words_from_pieces(["spiel", "t", "▁im", "▁", "(", "P", "ark", ")"]) == [
+        0, 0, 1, 2, 2, 2, 2, 2]
+    assert words_from_pieces(["</s>"]) == [-1]
+
+
+def test_word_level_links_merge_pieces():
+    src = ["▁Ein", "▁Mann", "▁spiel", "t", "</s>"]
+    tgt = ["<s>", "▁A", "▁man", "▁play", "s"]
+    att = np.full((5, 5), 0.05)
+    for row, col in ((0, 0), (1, 1), (2, 2), (3, 1), (4, 3)):
+        att[row, col] = 0.8
+    # pieces: A<-Ein (0,0); man<-Mann (1,1); play<-spiel (2,2); s<-Mann (1,3); and row 4 is
+    # the </s> prediction, only read by shift.
+    maps = hand_maps([(src, tgt, att[None, None])])
+    assert extract_alignment(maps, 0) == [(0, 0), (1, 1), (1, 3), (2, 2)]
+    # words: s belongs to "plays" (2) -> Mann (1); play/spiel -> (2, 2).
+    assert extract_alignment(maps, 0, words=True) == [(0, 0), (1, 1), (1, 2), (2, 2)]
+    # shift: A<-row1 Mann, man<-row2 spiel, play<-row3 Mann, s<-row4 t.
+    assert extract_alignment(maps, 0, shift=True) == [(1, 0), (1, 2), (2, 1), (3, 3)]
+    assert extract_alignment(maps, 0, shift=True, words=True) == [(1, 0), (1, 2), (2, 1), (2, 2)]
+
+
+def test_pharaoh_round_trip(tmp_path):
+    assert format_pharaoh([(2, 3), (0, 1)]) == "0-1 2-3"
+    assert format_pharaoh([]) == ""
+    assert parse_pharaoh("0-1 2-3\n") == [(0, 1), (2, 3)]
+    (tmp_path / "a.txt").write_text("0-1 2-3\n\n4-4\n")
+    assert read_pharaoh(tmp_path / "a.txt") == [[(0, 1), (2, 3)], [], [(4, 4)]]
+    with pytest.raises(ValueError, match="2p3"):
+        parse_pharaoh("0-1 2p3")
+
+
+def test_read_talp_fixture_is_one_indexed_german_first():
+    gold = read_talp(FIXTURES / "rwth_de_en.head10.talp")
+    pairs = fixture_pairs()
+    assert len(gold) == len(pairs) == 10
+    sure, possible = gold[0]
+    assert (8, 7) in sure and (0, 0) in sure and (7, 7) in sure  # "9-8", "1-1", "8-8"
+    assert pairs[0][0][7] == "Rosinen" and pairs[0][1][7] == "cherry-pick"
+    sure3, possible3 = gold[2]
+    assert (24, 21) in possible3 and (24, 21) not in sure3  # "25p22"
+    for (sure, possible), (de, en) in zip(gold, pairs, strict=True):
+        assert sure <= possible
+        assert max(i for i, _ in possible) < len(de)
+        assert max(j for _, j in possible) < len(en)
+
+
+def test_read_talp_rejects_bad_links(tmp_path):
+    (tmp_path / "g.talp").write_text("1-1 2-2\n0-1\n")
+    with pytest.raises(ValueError, match=r"g.talp:2: not a 1-indexed TALP link: '0-1'"):
+        read_talp(tmp_path / "g.talp")
+
+
+def test_aer_of_gold_against_itself_is_zero():
+    gold = read_talp(FIXTURES / "rwth_de_en.head10.talp")
+    assert aer([sure for sure, _ in gold], gold) == 0.0
+
+
+def test_aer_textbook_values():
+    golds = [({(0, 0), (1, 1)}, {(0, 0), (1, 1), (1, 2)}), ({(0, 0)}, {(0, 0)})]
+    # Sentence 1: A = {(0,0), (1,2), (2,2)}: |A∩S| = 1, |A∩P| = 2, |A| = 3, |S| = 2
+    #   -> AER = 1 - (1 + 2) / (3 + 2) = 0.4.
+    hyp1 = [(0, 0), (1, 2), (2, 2)]
+    assert aer([hyp1], golds[:1]) == pytest.approx(0.4)
+    # Corpus with sentence 2 unaligned (A = {}, |S| = 1): 1 - (1 + 2 + 0 + 0) / (3 + 2 + 0 + 1)
+    #   = 0.5, not the mean of the sentence AERs (0.4 and 1.0).
+    assert aer([hyp1, []], golds) == pytest.approx(0.5)
+    # Possible links count only in |A∩P|; hitting every sure link with nothing else gives 0,
+    # and a hypothesis made only of possible links is not perfect: 1 - (0 + 1) / (1 + 2).
+    assert aer([[(0, 0), (1, 1)]], golds[:1]) == 0.0
+    assert aer([[(1, 2)]], golds[:1]) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="1 hypothesis alignments but 2 gold"):
+        aer([hyp1], golds)
+
+
+def gold_peaked_maps() -> tuple[AttentionMaps, list[set]]:
+    """Maps of the 10 fixture sentences whose cross-attention puts each English word on one
+    sure German link (long words split into two pieces); returns maps and those links."""
+    gold = read_talp(FIXTURES / "rwth_de_en.head10.talp")
+    examples, chosen = [], []
+    for (de, en), (sure, _) in zip(fixture_pairs(), gold, strict=True):
+
+        def pieces(words):
+            out = []
+            for w in words:
+                out += ["▁" + w[:4], w[4:]] if len(w) > 6 else ["▁" + w]
+            return out
+
+        src, tgt = pieces(de) + ["</s>"], ["<s>"] + pieces(en)
+        src_word = words_from_pieces(src)
+        tgt_word = [w for w in words_from_pieces(tgt) if w >= 0]
+        att = np.full((len(tgt), len(src)), 0.01)
+        links = set()
+        for j, word in enumerate(tgt_word):  # target piece j is predicted on row j
+            german = sorted(i for i, e in sure if e == word)
+            if german:
+                att[j, src_word.index(german[0])] = 1.0
+                links.add((german[0], word))
+            else:
+                att[j, len(src) - 1] = 1.0  # no sure link: look at </s>, stays unaligned
+        examples.append((src, tgt, (att / att.sum(1, keepdims=True))[None, None]))
+        chosen.append(links)
+    return hand_maps(examples), chosen
+
+
+def test_word_alignments_against_real_gold():
+    maps, chosen = gold_peaked_maps()
+    gold = read_talp(FIXTURES / "rwth_de_en.head10.talp")
+    hyps = extract_alignments(maps, words=True, skip_eos=False)
+    assert [set(h) for h in hyps] == chosen
+    # A ⊆ S, so |A∩S| = |A∩P| = |A| and AER = 1 - 2|A| / (|A| + |S|).
+    n_a, n_s = sum(map(len, chosen)), sum(len(s) for s, _ in gold)
+    assert aer(hyps, gold) == pytest.approx(1 - 2 * n_a / (n_a + n_s))
