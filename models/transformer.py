@@ -52,7 +52,7 @@ class Transformer(nnx.Module):
     """
 
     def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, *, rngs: nnx.Rngs):
-        self.cfg = cfg
+        self.dropout_rate = cfg.dropout
         self.dtype = jnp.dtype(cfg.dtype)
         self.target_embed = Embeddings(tgt_vocab_size, cfg, rngs=rngs)
         if cfg.share_embeddings:
@@ -79,7 +79,7 @@ class Transformer(nnx.Module):
         """
         valid = src != PAD_ID
         r = split_rng(dropout_rng, len(self.encoder_layers) + 1)
-        x = dropout(self.source_embed(src, jnp.arange(src.shape[1])), self.cfg.dropout, r[-1])
+        x = dropout(self.source_embed(src, jnp.arange(src.shape[1])), self.dropout_rate, r[-1])
         weights = []
         for layer, rng in zip(self.encoder_layers, r, strict=False):
             x, w = layer(x, valid, rng, return_weights)
@@ -101,7 +101,7 @@ class Transformer(nnx.Module):
         """
         valid = tgt_in != PAD_ID
         r = split_rng(dropout_rng, len(self.decoder_layers) + 1)
-        y = dropout(self.target_embed(tgt_in, jnp.arange(tgt_in.shape[1])), self.cfg.dropout, r[-1])
+        y = dropout(self.target_embed(tgt_in, jnp.arange(tgt_in.shape[1])), self.dropout_rate, r[-1])
         self_ws, cross_ws = [], []
         for layer, kv, rng in zip(self.decoder_layers, self.cross_kv(memory, src_valid), r, strict=False):
             y, self_w, cross_w = layer(y, valid, kv, rng, return_weights)

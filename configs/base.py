@@ -1,0 +1,95 @@
+"""Defaults shared by every experiment; each experiment file starts from here.
+
+Every field has a fixed type (ml_collections checks overrides against it), so
+unset strings are "" and "off" numbers are 0, never None.
+
+Override any field on the command line:
+  python train.py --config configs/multi30k_de_en.py --config.model.d_model=512
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+    """Returns the base config with groups data, model, train, eval,
+    attention_maps and checkpoint."""
+    config = ml_collections.ConfigDict()
+
+    config.data = data = ml_collections.ConfigDict()
+    data.dataset = "multi30k"  # multi30k | tatoeba | text | hf (data/corpora.py)
+    data.source_lang = "de"
+    data.target_lang = "en"
+    data.data_dir = ""  # multi30k: folder of the .gz files ("" = data/multi30k/)
+    data.path = ""  # tatoeba: deu-eng.zip or deu.txt
+    data.valid_size = 2000  # tatoeba: held-out pairs (fixed-seed split)
+    data.test_size = 2000
+    data.train_source = ""  # text: parallel files, plain or .gz
+    data.train_target = ""
+    data.valid_source = ""
+    data.valid_target = ""
+    data.test_source = ""
+    data.test_target = ""
+    data.hf_name = ""  # hf: datasets.load_dataset(hf_name, hf_config, ...)
+    data.hf_config = ""
+    data.hf_revision = ""
+    data.hf_data_files = ""  # "path" or "train=a.jsonl,validation=b.jsonl,test=c.jsonl"
+    data.hf_cache_dir = ""
+    data.max_train_sentences = 0  # keep only the first N training pairs (0 = all)
+    data.vocab_size = 8000
+    data.joint_vocab = True  # one SentencePiece model for both sides
+    data.spm_model_type = "unigram"  # unigram | bpe
+    data.character_coverage = 1.0
+    data.spm_max_sentences = 300_000  # tokenizer trained on a sample of at most this
+    data.max_length = 128  # training pairs longer than this (incl. eos) ...
+    data.long_pairs = "drop"  # ... are dropped, or "truncate"d; eval never truncates
+    data.bucket_step = 8  # padded lengths are multiples of this
+
+    config.model = model = ml_collections.ConfigDict()
+    model.d_model = 256
+    model.num_heads = 4
+    model.num_encoder_layers = 3
+    model.num_decoder_layers = 3
+    model.d_ff = 1024
+    model.dropout = 0.1
+    model.attention_dropout = 0.0
+    model.activation = "relu"
+    model.pre_ln = True
+    model.positions = "sinusoidal"  # sinusoidal | learned
+    model.max_positions = 1024  # learned positions only: longest sequence
+    model.share_embeddings = True
+    model.dtype = "float32"
+    model.param_dtype = "float32"
+    model.attention_impl = "auto"
+
+    config.train = train = ml_collections.ConfigDict()
+    train.num_steps = 20000
+    train.batch_tokens = 4096  # per step, all devices together
+    train.learning_rate = 1e-3  # peak, reached at the end of warmup
+    train.warmup_steps = 4000
+    train.schedule = "inverse_sqrt"
+    train.weight_decay = 0.0
+    train.grad_clip = 1.0
+    train.adam_b1 = 0.9
+    train.adam_b2 = 0.98
+    train.seed = 0
+    train.label_smoothing = 0.1
+    train.log_every_steps = 50
+    train.patience = 0  # stop after this many evals without a better BLEU (0 = off)
+    train.max_minutes = 0.0  # stop after this much training time (0 = off)
+
+    config.eval = eval_ = ml_collections.ConfigDict()
+    eval_.every_steps = 1000
+    eval_.beam_size = 1
+    eval_.length_penalty = 0.6
+    eval_.batch_size = 128
+    eval_.max_sentences = 0  # validate on the first N sentences (0 = all)
+
+    config.checkpoint = checkpoint = ml_collections.ConfigDict()
+    checkpoint.every_steps = 1000
+    checkpoint.keep = 5
+
+    config.attention_maps = maps = ml_collections.ConfigDict()
+    maps.enabled = True
+    maps.num_examples = 4  # the first N validation sentences, at every eval
+
+    return config

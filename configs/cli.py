@@ -1,0 +1,338 @@
+"""Command-line config handling shared by train.py and evaluate.py.
+
+Usage in an entry point:
+
+    _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
+
+    def main(argv):
+        cfg = cli.resolve_config(_CONFIG)       # UserError if missing/invalid
+        cli.write_config_json(cfg, workdir)
+        ...
+
+    if __name__ == "__main__":
+        cli.run(main)   # = app.run(main_guard(main), flags_parser=parse_flags)
+
+Every user error, whether raised while absl parses the flags (unknown config
+key, wrong value type, missing or broken config file) or inside `main`
+(`UserError`, `DataError`, a missing file), ends as ONE line on stderr,
+`error: <message>`, with exit code 2. `--debug` or ATTNMT_DEBUG=1 shows the
+traceback instead.
+
+What absl + ml_collections do on their own: a wrong type prints
+"FATAL Flags parsing error: ..." plus a help hint (exit 1); an unknown key
+raises AttributeError/KeyError with a full traceback; a missing config file is
+not an error at parse time at all, `_CONFIG.value` becomes a placeholder that
+raises OSError on first use. `parse_flags` and `resolve_config` fix all three.
+"""
+
+import difflib
+import functools
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import ml_collections
+from absl import app, flags
+from ml_collections import config_flags
+
+# Not re-exported by the package: is_config_flag, ConfigFileFlagParser, get_type.
+from ml_collections.config_flags import config_flags as config_flags_lib
+from ml_collections.config_flags import config_path
+
+from configs.errors import UserError
+from data.corpora import check_dataset_name
+
+DEBUG_ENV = "ATTNMT_DEBUG"
+CONFIG_JSON = "config.json"
+# Exceptions that are the user's doing, reported without a traceback.
+USER_ERRORS = (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
+               PermissionError)
+
+if "debug" not in flags.FLAGS:
+    flags.DEFINE_bool("debug", False, "Show full tracebacks for user errors.")
+
+
+def debug_enabled(argv: Iterable[str] = ()) -> bool:
+    """True when tracebacks are wanted: ATTNMT_DEBUG=1, --debug parsed or in argv."""
+    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        return True
+    if "--debug" in argv:
+        return True
+    return flags.FLAGS.is_parsed() and flags.FLAGS.debug
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Prints `error: <message>` (one line) on stderr and exits with `code`."""
+    line = " ".join(str(message).split("\n")).strip() or "unknown error"
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _config_flags() -> list[str]:
+    return [name for name in flags.FLAGS if config_flags_lib.is_config_flag(flags.FLAGS[name])]
+
+
+def _config_path(argv: list[str], name: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"--{name}=") or arg.startswith(f"-{name}="):
+            return arg.split("=", 1)[1]
+        if arg in (f"--{name}", f"-{name}") and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def _load_config_for(name: str, argv: list[str]) -> ml_collections.ConfigDict | None:
+    """Loads the config file given to flag `name` in argv again, or None."""
+    path = _config_path(argv, name)
+    if path is None:
+        return None
+    try:
+        config = config_flags_lib.ConfigFileFlagParser(name, lock_config=False).parse(path)
+        config.keys()  # A config that failed to load raises here.
+    except Exception:  # noqa: BLE001 - the caller falls back to absl's message.
+        return None
+    return config
+
+
+def _unknown_key_message(argv: list[str]) -> str | None:
+    """Names the first `--config.a.b` override whose path is not in the config."""
+    for name in _config_flags():
+        config = _load_config_for(name, argv)
+        if config is None:
+            continue
+        for arg in argv:
+            match = re.match(rf"-{{1,2}}(no)?{re.escape(name)}\.([^=]+)", arg)
+            if not match:
+                continue
+            node, walked = config, name
+            for part in match.group(2).split("."):
+                if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+                    keys = list(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+                    close = difflib.get_close_matches(part, keys, n=1)
+                    hint = (f"did you mean {walked}.{close[0]}?" if close else
+                            f"{walked} has: {', '.join(keys)}" if keys else
+                            f"{walked} is not a group")
+                    return f"unknown config key {walked}.{part} in {arg.split('=')[0]} ({hint})"
+                node, walked = node[part], f"{walked}.{part}"
+    return None
+
+
+def _wrong_type_message(text: str, argv: list[str]) -> str | None:
+    """Rewrites absl's "flag --config.a.b=v: <parser error>" as "expected <type>"."""
+    for name in _config_flags():
+        match = re.match(rf"flag --{re.escape(name)}\.([^=]+)=(.*?): ", text)
+        config = _load_config_for(name, argv) if match else None
+        if config is None:
+            continue
+        try:
+            field_type = config_path.get_type(match.group(1), config)
+        except (AttributeError, KeyError, TypeError):
+            return None
+        type_name = getattr(field_type, "__name__", str(field_type))
+        return (f"--{name}.{match.group(1)}={match.group(2)}: wrong value type, "
+                f"expected {type_name}")
+    return None
+
+
+def _flag_error_message(error: Exception, argv: list[str]) -> str:
+    """One line describing an exception raised while absl parsed the flags."""
+    text = str(error).strip()
+    if isinstance(error, (AttributeError, KeyError)):
+        return _unknown_key_message(argv) or f"unknown config key: {text.splitlines()[0]}"
+    if isinstance(error, SyntaxError):
+        return f"config file {error.filename}, line {error.lineno}: {error.msg}"
+    if isinstance(error, OSError) and "config file" in text:
+        paths = [p for n in _config_flags() if (p := _config_path(argv, n))]
+        missing = [p for p in paths if not Path(p.split(":")[0]).is_file()]
+        if missing:
+            return f"config file not found: {missing[0]}"
+        return f"cannot load config file: {text.splitlines()[-1].strip()}"
+    if "Error whilst parsing config file" in text:
+        # ml_collections puts a traceback in the message; its last line is the cause.
+        return f"cannot load config file: {text.splitlines()[-1].strip()}"
+    if isinstance(error, flags.IllegalFlagValueError):
+        return _wrong_type_message(text, argv) or text.splitlines()[0]
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl `flags_parser` for app.run: parses flags, user errors -> one line, exit 2.
+
+    Args:
+      argv: the full command line, program name first.
+    Returns:
+      The positional arguments left after parsing (what `main` receives).
+    """
+    try:
+        return flags.FLAGS(argv)
+    except Exception as e:  # noqa: BLE001 - every flag error is the user's input.
+        if debug_enabled(argv):
+            raise
+        fail(_flag_error_message(e, argv))
+
+
+def resolve_config(config_flag: flags.FlagHolder) -> ml_collections.ConfigDict:
+    """The parsed config of a `DEFINE_config_file` flag, checked.
+
+    Args:
+      config_flag: the holder returned by `config_flags.DEFINE_config_file`
+        (or the ConfigDict itself).
+    Returns:
+      The config, validated by `validate_config`.
+    Raises:
+      UserError: no --config given, the file could not be loaded, or a value
+        is invalid.
+    """
+    if isinstance(config_flag, ml_collections.ConfigDict):
+        config = config_flag
+    else:
+        config = config_flag.value
+        if config is None:
+            raise UserError(f"--{config_flag.name} is required, e.g. "
+                            f"--{config_flag.name} configs/multi30k_de_en.py")
+        try:
+            config.keys()  # The placeholder of a config that failed to load raises OSError.
+        except OSError as e:
+            path = config_flags.get_config_filename(flags.FLAGS[config_flag.name])
+            if not Path(path.split(":")[0]).is_file():
+                raise UserError(f"config file not found: {path}") from e
+            raise UserError(f"cannot load config file {path}: "
+                            f"{str(e).strip().splitlines()[-1].strip()}") from e
+    validate_config(config)
+    return config
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks values that types alone cannot; raises UserError naming the key."""
+    data = config.data
+    check_dataset_name(data.dataset)
+    if data.source_lang == data.target_lang:
+        raise UserError(f"data.source_lang and data.target_lang are both {data.source_lang!r}")
+    choices = {"data.spm_model_type": (data.spm_model_type, ("unigram", "bpe")),
+               "data.long_pairs": (data.long_pairs, ("drop", "truncate"))}
+    for key, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise UserError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+    minimums = {"data.vocab_size": (data.vocab_size, 5), "data.max_length": (data.max_length, 2),
+                "data.bucket_step": (data.bucket_step, 1),
+                "train.batch_tokens": (config.train.batch_tokens, 1),
+                "train.num_steps": (config.train.num_steps, 1),
+                "eval.beam_size": (config.eval.beam_size, 1),
+                "eval.batch_size": (config.eval.batch_size, 1),
+                "checkpoint.every_steps": (config.checkpoint.every_steps, 1),
+                "model.num_heads": (config.model.num_heads, 1)}
+    for key, (value, low) in minimums.items():
+        if value < low:
+            raise UserError(f"{key} must be at least {low}, got {value}")
+    if config.model.d_model % config.model.num_heads:
+        raise UserError(f"model.d_model={config.model.d_model} is not divisible by "
+                        f"model.num_heads={config.model.num_heads}")
+
+
+def main_guard(main: Callable[[list[str]], Any]) -> Callable[[list[str]], Any]:
+    """Decorates an absl `main(argv)`: user errors -> `error: <message>`, exit 2.
+
+    Catches UserError (DataError included) and missing/unreadable files; other
+    exceptions are bugs and keep their traceback. Ctrl-C exits with code 130
+    and one line (the caller saves its state before re-raising KeyboardInterrupt).
+    """
+    @functools.wraps(main)
+    def guarded(argv: list[str]) -> Any:
+        try:
+            return main(argv)
+        except USER_ERRORS as e:
+            if debug_enabled():
+                raise
+            fail(str(e) or type(e).__name__)
+        except KeyboardInterrupt:
+            if debug_enabled():
+                raise
+            fail("interrupted", code=130)
+
+    return guarded
+
+
+def run(main: Callable[[list[str]], Any]) -> None:
+    """`app.run` with one-line user errors, at flag parsing and inside `main`."""
+    app.run(main_guard(main), flags_parser=parse_flags)
+
+
+def config_to_json(config: ml_collections.ConfigDict) -> str:
+    """The config as stable JSON text: sorted keys, 2-space indent, final newline."""
+    return json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def write_config_json(config: ml_collections.ConfigDict, workdir: str | Path) -> Path:
+    """Writes `<workdir>/config.json` atomically (temp file + os.replace)."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / CONFIG_JSON
+    fd, tmp = tempfile.mkstemp(prefix=f".{CONFIG_JSON}.", dir=workdir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(config_to_json(config))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_config_json(workdir: str | Path) -> ml_collections.ConfigDict:
+    """Reads `<workdir>/config.json` back into a ConfigDict (tuples come back as lists).
+
+    Raises:
+      UserError: the file is missing or not valid JSON.
+    """
+    path = Path(workdir) / CONFIG_JSON
+    if not path.is_file():
+        raise UserError(f"{path} not found: {workdir} is not a training workdir")
+    try:
+        return ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: invalid JSON ({e})") from None
+
+
+def flatten_config(config: ml_collections.ConfigDict | dict) -> dict[str, Any]:
+    """{dotted key: value} with JSON-normalized values (tuples become lists)."""
+    tree = json.loads(json.dumps(config.to_dict() if hasattr(config, "to_dict") else config))
+    flat: dict[str, Any] = {}
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat[f"{prefix}{key}"] = value
+
+    walk(tree, "")
+    return flat
+
+
+def config_diff(old: ml_collections.ConfigDict | dict, new: ml_collections.ConfigDict | dict,
+                ignore: Iterable[str] = ()) -> list[tuple[str, Any, Any]]:
+    """Differences between two configs, for the resume guard.
+
+    Args:
+      old, new: configs (or plain nested dicts, e.g. parsed config.json).
+      ignore: dotted keys or group prefixes ("eval" or "eval.") to skip.
+    Returns:
+      Sorted [(dotted key, old value, new value)]; a key present on one side
+      only has None on the other.
+    """
+    prefixes = tuple(p.rstrip(".") for p in ignore)
+    a, b = flatten_config(old), flatten_config(new)
+    out = []
+    for key in sorted(a.keys() | b.keys()):
+        if any(key == p or key.startswith(p + ".") for p in prefixes):
+            continue
+        if key not in a or key not in b or a[key] != b[key]:
+            out.append((key, a.get(key), b.get(key)))
+    return out

@@ -1,0 +1,317 @@
+"""Token-budget batches with length buckets, deterministic and resumable.
+
+Inputs are tokenized pairs as produced by data/tokenizer.py: source id lists
+ending with eos, target id lists with no specials. A batch is a dict of numpy
+arrays, padded with pad_id = 0:
+
+  src      int32 [B, S]  source ids + eos
+  tgt_in   int32 [B, T]  [bos] + target ids     (decoder input)
+  tgt_out  int32 [B, T]  target ids + [eos]     (what the decoder predicts)
+  num_tokens  int        non-pad tokens of tgt_out (a Python int: pop it before
+                         handing the arrays to jit / device_put)
+
+Training batches: each pair goes to the bucket of
+L = max(len(src), len(tgt) + 1), rounded up to a boundary (multiples of
+`bucket_step` up to max_length, or explicit `boundaries`), and is padded to
+S = T = that boundary. Each bucket has one batch size B, the largest multiple of
+`batch_multiple` with B * L <= batch_tokens, so jit sees one shape per bucket.
+A bucket's last, short batch is filled with all-pad rows (zero tokens, so they
+carry no loss weight; attention code must tolerate fully masked rows).
+
+Epoch e visits every pair exactly once, in an order drawn from
+numpy.random.default_rng([seed, e]): shuffle within each bucket, cut into
+batches, shuffle the batches. The number of batches per epoch is fixed, so a
+global step maps to a position (epoch, index) and a resumed run gets exactly
+the batches an uninterrupted one would have.
+"""
+
+import math
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from configs.errors import UserError
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+Batch = dict[str, np.ndarray | int]
+
+
+def round_up(length: int, step: int) -> int:
+    """Smallest multiple of `step` that is >= length (and >= step)."""
+    return max(step, -(-length // step) * step)
+
+
+def bucket_boundaries(max_length: int, step: int = 8) -> list[int]:
+    """[step, 2*step, ..., round_up(max_length, step)]."""
+    return list(range(step, round_up(max_length, step) + 1, step))
+
+
+def make_batch(source_ids: Sequence[Sequence[int]], target_ids: Sequence[Sequence[int]] | None,
+               rows: Sequence[int], batch_size: int, src_len: int, tgt_len: int) -> Batch:
+    """Builds one padded batch from the pairs at `rows`.
+
+    Args:
+      source_ids: all source id lists (with eos).
+      target_ids: all target id lists (no specials), or None for a
+        source-only batch (no tgt_in/tgt_out).
+      rows: indices of the pairs to put in rows 0..len(rows)-1.
+      batch_size: B; rows len(rows)..B-1 are all pad.
+      src_len, tgt_len: S and T; each must hold its sequence (T: tokens + 1).
+    Returns:
+      The batch dict described in the module docstring.
+    """
+    src = np.full((batch_size, src_len), PAD_ID, np.int32)
+    for r, i in enumerate(rows):
+        src[r, :len(source_ids[i])] = source_ids[i]
+    batch: Batch = {"src": src}
+    if target_ids is not None:
+        tgt_in = np.full((batch_size, tgt_len), PAD_ID, np.int32)
+        tgt_out = np.full((batch_size, tgt_len), PAD_ID, np.int32)
+        num_tokens = 0
+        for r, i in enumerate(rows):
+            n = len(target_ids[i])
+            tgt_in[r, 0] = BOS_ID
+            tgt_in[r, 1:n + 1] = target_ids[i]
+            tgt_out[r, :n] = target_ids[i]
+            tgt_out[r, n] = EOS_ID
+            num_tokens += n + 1
+        batch.update(tgt_in=tgt_in, tgt_out=tgt_out, num_tokens=num_tokens)
+    return batch
+
+
+class TrainBatcher:
+    """Bucketed, shuffled, resumable training batches.
+
+    Attributes:
+      boundaries: bucket lengths (S = T of a batch).
+      batch_sizes: bucket length -> B, for the buckets that hold pairs.
+      num_batches: batches per epoch (the same every epoch).
+    """
+
+    def __init__(self, source_ids: Sequence[Sequence[int]], target_ids: Sequence[Sequence[int]],
+                 batch_tokens: int, max_length: int, *, bucket_step: int = 8,
+                 boundaries: Sequence[int] | None = None, batch_multiple: int = 1,
+                 seed: int = 0):
+        """Assigns every pair to its bucket once (per epoch only indices move).
+
+        Args:
+          source_ids, target_ids: parallel tokenized pairs (see module docstring),
+            already limited to max_length (tokenizer.encode_for_training).
+          batch_tokens: budget, B * max(S, T) <= batch_tokens.
+          max_length: the longest sequence incl. eos; longer pairs are an error.
+          bucket_step: boundary spacing when `boundaries` is None.
+          boundaries: explicit increasing bucket lengths, the last >= max_length.
+          batch_multiple: B is a multiple of this (the number of data-parallel
+            devices).
+          seed: shuffling seed.
+        Raises:
+          UserError: empty input, a pair longer than the last boundary, or a
+            budget too small to hold `batch_multiple` rows of some bucket.
+        """
+        if len(source_ids) != len(target_ids) or not source_ids:
+            raise UserError(f"batching needs equal, non-zero numbers of sources and targets "
+                            f"(got {len(source_ids)} and {len(target_ids)})")
+        self.source_ids, self.target_ids = source_ids, target_ids
+        self.boundaries = sorted(boundaries) if boundaries else bucket_boundaries(
+            max_length, bucket_step)
+        self.seed = seed
+        lengths = np.array([max(len(s), len(t) + 1)
+                            for s, t in zip(source_ids, target_ids, strict=True)])
+        if lengths.max() > self.boundaries[-1]:
+            raise UserError(f"a training pair has {lengths.max()} tokens, more than the "
+                            f"largest bucket ({self.boundaries[-1]}); limit it with "
+                            "tokenizer.encode_for_training")
+        bucket_of = np.searchsorted(self.boundaries, lengths)
+        # (bucket length, member indices in data order, batch size) per non-empty bucket.
+        self._buckets: list[tuple[int, np.ndarray, int]] = []
+        for b, length in enumerate(self.boundaries):
+            members = np.flatnonzero(bucket_of == b)
+            if len(members) == 0:
+                continue
+            size = batch_tokens // length // batch_multiple * batch_multiple
+            if size == 0:
+                raise UserError(f"train.batch_tokens={batch_tokens} cannot hold "
+                                f"{batch_multiple} row(s) of {length} tokens; raise it to at "
+                                f"least {batch_multiple * length}")
+            self._buckets.append((length, members, size))
+        self.batch_sizes = {length: size for length, _, size in self._buckets}
+        self.num_batches = sum(math.ceil(len(m) / size) for _, m, size in self._buckets)
+        self._plan_cache: tuple[int, list[tuple[int, np.ndarray]]] | None = None
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """The (B, L) batch shapes this batcher can produce; S = T = L."""
+        return [(size, length) for length, _, size in self._buckets]
+
+    def epoch_plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
+        """The batches of `epoch` as (bucket length, pair indices), in order.
+
+        Every pair appears exactly once; only a bucket's last batch may hold
+        fewer indices than its batch size.
+        """
+        if self._plan_cache is not None and self._plan_cache[0] == epoch:
+            return self._plan_cache[1]
+        rng = np.random.default_rng([self.seed, epoch])
+        chunks = []
+        for length, members, size in self._buckets:
+            shuffled = rng.permutation(members)
+            chunks.extend((length, shuffled[i:i + size]) for i in range(0, len(shuffled), size))
+        plan = [chunks[i] for i in rng.permutation(len(chunks))]
+        self._plan_cache = (epoch, plan)
+        return plan
+
+    def batch(self, epoch: int, index: int) -> Batch:
+        """Batch number `index` (0-based) of epoch `epoch`."""
+        length, rows = self.epoch_plan(epoch)[index]
+        return make_batch(self.source_ids, self.target_ids, rows, self.batch_sizes[length],
+                          length, length)
+
+    def position(self, step: int) -> tuple[int, int]:
+        """(epoch, index) of the batch used at 0-based global `step`."""
+        return divmod(step, self.num_batches)
+
+    def iterate(self, start_epoch: int = 0, start_index: int = 0) -> Iterator[tuple[int, int, Batch]]:
+        """Yields (epoch, index, batch) forever, from batch `start_index` of `start_epoch`."""
+        epoch, index = start_epoch, start_index
+        while True:
+            for i in range(index, self.num_batches):
+                yield epoch, i, self.batch(epoch, i)
+            epoch, index = epoch + 1, 0
+
+
+def eval_batches(source_ids: Sequence[Sequence[int]],
+                 target_ids: Sequence[Sequence[int]] | None = None, *, batch_size: int,
+                 bucket_step: int = 8, batch_multiple: int = 1,
+                 ) -> Iterator[tuple[Batch, np.ndarray]]:
+    """Batches every sentence for evaluation, never dropping or truncating one.
+
+    Sentences are sorted longest first (ties in original order) so each batch
+    pads little and a too-large batch fails at once, not at the end. Each batch
+    has B = batch_size rounded up to a multiple of `batch_multiple` rows (the
+    last one filled with all-pad rows) and S, T rounded up to a multiple of
+    `bucket_step`, which bounds the number of jit shapes.
+
+    Args:
+      source_ids: source id lists (with eos); empty and long ones are kept.
+      target_ids: optional parallel target id lists (no specials); with them
+        batches also hold tgt_in, tgt_out and num_tokens (for validation loss).
+      batch_size: sentences per batch.
+      bucket_step: padded lengths are multiples of this.
+      batch_multiple: B is a multiple of this.
+    Yields:
+      (batch, indices): indices int64 [B], the original position of each row,
+      -1 for padding rows. `restore_order` puts per-row results back in order.
+    """
+    n = len(source_ids)
+    if target_ids is not None and len(target_ids) != n:
+        raise UserError(f"eval batching got {n} sources and {len(target_ids)} targets")
+    size = round_up(batch_size, batch_multiple)
+
+    def length(i: int) -> int:
+        return max(len(source_ids[i]), len(target_ids[i]) + 1 if target_ids is not None else 0)
+
+    order = sorted(range(n), key=lambda i: (-length(i), i))
+    for start in range(0, n, size):
+        rows = order[start:start + size]
+        src_len = round_up(max(len(source_ids[i]) for i in rows), bucket_step)
+        tgt_len = (round_up(max(len(target_ids[i]) + 1 for i in rows), bucket_step)
+                   if target_ids is not None else 0)
+        indices = np.full(size, -1, np.int64)
+        indices[:len(rows)] = rows
+        yield make_batch(source_ids, target_ids, rows, size, src_len, tgt_len), indices
+
+
+def restore_order(values: Iterable[Sequence], indices: Iterable[np.ndarray], n: int) -> list:
+    """Undoes the eval sort.
+
+    Args:
+      values: per batch, a sequence of B per-row results (e.g. hypotheses).
+      indices: per batch, the indices array `eval_batches` yielded with it.
+      n: number of sentences.
+    Returns:
+      A list of n results in original order (padding rows are skipped).
+    Raises:
+      ValueError: some sentence got no result.
+    """
+    out: list = [None] * n
+    seen = np.zeros(n, bool)
+    for batch_values, batch_indices in zip(values, indices, strict=True):
+        for value, i in zip(batch_values, batch_indices, strict=False):
+            if i >= 0:
+                out[i], seen[i] = value, True
+    if not seen.all():
+        raise ValueError(f"{int((~seen).sum())} of {n} sentences have no result")
+    return out
+
+
+def padding_fraction(batches: Iterable[Batch]) -> float:
+    """Fraction of pad positions over the src and tgt_out arrays of `batches`."""
+    total = nonpad = 0
+    for batch in batches:
+        for key in ("src", "tgt_out"):
+            if key in batch:
+                array = np.asarray(batch[key])
+                total += array.size
+                nonpad += int(np.count_nonzero(array != PAD_ID))
+    return 1.0 - nonpad / total if total else 0.0
+
+
+def host_slice(batch: Batch, process_index: int, process_count: int) -> Batch:
+    """This host's contiguous share of a global batch's rows (multi-host runs).
+
+    B must be divisible by process_count (make batch_multiple a multiple of the
+    global device count); num_tokens is recounted for the slice.
+    """
+    rows = batch["src"].shape[0]
+    if rows % process_count:
+        raise ValueError(f"batch of {rows} rows does not split over {process_count} hosts")
+    share = rows // process_count
+    part = {key: value[process_index * share:(process_index + 1) * share]
+            for key, value in batch.items() if isinstance(value, np.ndarray)}
+    if "tgt_out" in part:
+        part["num_tokens"] = int(np.count_nonzero(part["tgt_out"] != PAD_ID))
+    return part
+
+
+def prefetch(iterator: Iterable, size: int = 2) -> Iterator:
+    """Runs `iterator` in a background thread, keeping up to `size` items ready.
+
+    Exceptions in the producer are re-raised in the consumer. The thread is a
+    daemon and stops when the consumer closes the generator.
+    """
+    items: queue.Queue = queue.Queue(maxsize=size)
+    stop = threading.Event()
+    done = object()
+
+    def put(entry: tuple) -> bool:
+        # Wait for room, but give up once the consumer has gone away.
+        while not stop.is_set():
+            try:
+                items.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in iterator:
+                if not put((item, None)):
+                    return
+            put((done, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer.
+            put((done, e))
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = items.get()
+            if item is done:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()

@@ -1,0 +1,278 @@
+"""SentencePiece tokenizer: training, loading, and the id conventions.
+
+Id conventions (the model, batching and search code rely on these):
+  pad = 0, unk = 1, bos = 2 ("<s>"), eos = 3 ("</s>"), the same in every model.
+  Source:  `encode_source(x)` = pieces(x) + [eos]           (no bos)
+  Target:  `encode_target(y)` = pieces(y)                    (no specials)
+           decoder input   `tgt_in`  = [bos] + pieces(y)
+           training target `tgt_out` = pieces(y) + [eos]
+           (data/batching.py adds bos/eos when it builds a batch.)
+  Decoding starts from [bos] and stops at the first eos; `decode_target`
+  drops everything from the first eos on, and any bos/pad.
+
+By default one joint model (`spm.model`) is trained on source + target training
+text, so embeddings can be shared. With `data.joint_vocab=False` there are two
+models, `spm_src.model` and `spm_tgt.model`, each trained on its own side.
+
+Training is deterministic: the (at most `data.spm_max_sentences`) training
+sentences are sampled here with a seeded numpy generator, SentencePiece's own
+sampling is off (`input_sentence_size=0`), its random seed and thread count
+are fixed, and no path is stored in the model: the same text and settings give
+a byte-identical `.model` file on any machine.
+"""
+
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import ml_collections
+import numpy as np
+import sentencepiece as spm
+
+from data.corpora import DataError, read_lines
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+# SentencePiece's result depends on its thread count, so it is fixed rather than
+# os.cpu_count(): the same text gives the same tokenizer on every machine. Extra
+# threads on a small machine cost little (~3 s for Multi30k either way).
+SPM_NUM_THREADS = 16
+JOINT_MODEL, SOURCE_MODEL, TARGET_MODEL = "spm", "spm_src", "spm_tgt"
+META_FILE = "tokenizer.json"
+
+
+def train_tokenizer(texts_or_files: Sequence[str | Path], model_prefix: Path, vocab_size: int,
+                    model_type: str = "unigram", character_coverage: float = 1.0,
+                    max_sentences: int = 300_000, seed: int = 0) -> Path:
+    """Trains one SentencePiece model with pad/unk/bos/eos = 0/1/2/3.
+
+    Args:
+      texts_or_files: sentences (str) and/or text files (Path, plain or gzip,
+        one sentence a line), all pooled; empty lines are ignored.
+      model_prefix: writes `<model_prefix>.model` and `<model_prefix>.vocab`.
+      vocab_size: exact vocabulary size, special ids included.
+      model_type: "unigram" or "bpe".
+      character_coverage: fraction of characters covered by the vocabulary.
+      max_sentences: train on a seeded random sample of at most this many.
+      seed: seed of the sample and of SentencePiece's random generator.
+    Returns:
+      Path of the `.model` file.
+    Raises:
+      DataError: no text, unknown model type, or a vocabulary larger than the
+        text supports (SentencePiece's limit is in the message).
+    """
+    if model_type not in ("unigram", "bpe"):
+        raise DataError(f"data.spm_model_type must be 'unigram' or 'bpe', got {model_type!r}")
+    sentences: list[str] = []
+    for item in texts_or_files:
+        if isinstance(item, Path):
+            sentences.extend(line for line in read_lines(item) if line)
+        elif item:
+            sentences.append(item)
+    if not sentences:
+        raise DataError("no text to train the tokenizer on")
+    if len(sentences) > max_sentences:
+        keep = np.sort(np.random.default_rng(seed).choice(len(sentences), max_sentences,
+                                                          replace=False))
+        sentences = [sentences[i] for i in keep]
+    spm.set_random_generator_seed(seed)
+    model = io.BytesIO()  # Not model_prefix=: that would store the (temporary) path in the model.
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences), model_writer=model,
+            vocab_size=vocab_size, model_type=model_type,
+            character_coverage=character_coverage,
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
+            input_sentence_size=0, shuffle_input_sentence=False,
+            num_threads=SPM_NUM_THREADS, minloglevel=2)
+    except RuntimeError as e:
+        message = str(e).strip().splitlines()[-1]
+        if "Vocabulary size too high" in message:
+            raise DataError(f"data.vocab_size={vocab_size} is too large for the tokenizer "
+                            f"training text: {message.split('] ')[-1]}") from None
+        raise
+    model_path = Path(f"{model_prefix}.model")
+    model_path.write_bytes(model.getvalue())
+    # The .vocab file is for people: one "piece<TAB>score" line per id.
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    Path(f"{model_prefix}.vocab").write_text(
+        "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.vocab_size())),
+        encoding="utf-8")
+    return model_path
+
+
+class Tokenizer:
+    """Source and target SentencePiece models (the same object when joint).
+
+    Attributes:
+      pad_id, unk_id, bos_id, eos_id: 0, 1, 2, 3.
+      source_vocab_size, target_vocab_size: sizes of the two vocabularies.
+      vocab_size: the larger of the two (equal when joint): an embedding table
+        of this size holds every id of either side.
+      joint: whether source and target share one model.
+    """
+
+    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+
+    def __init__(self, source_model: Path, target_model: Path | None = None):
+        """Loads `.model` files; `target_model=None` means one joint model."""
+        self._source = spm.SentencePieceProcessor(model_file=str(source_model))
+        self.joint = target_model is None
+        self._target = (self._source if self.joint
+                        else spm.SentencePieceProcessor(model_file=str(target_model)))
+        for sp in (self._source, self._target):
+            ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
+            if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+                raise DataError(f"{source_model}: special ids {ids}, expected (0, 1, 2, 3)")
+        self.source_vocab_size = self._source.vocab_size()
+        self.target_vocab_size = self._target.vocab_size()
+        self.vocab_size = max(self.source_vocab_size, self.target_vocab_size)
+
+    @classmethod
+    def load(cls, directory: Path) -> "Tokenizer":
+        """Loads the model(s) written by `load_or_train_tokenizer` into `directory`."""
+        directory = Path(directory)
+        if (directory / f"{JOINT_MODEL}.model").is_file():
+            return cls(directory / f"{JOINT_MODEL}.model")
+        return cls(directory / f"{SOURCE_MODEL}.model", directory / f"{TARGET_MODEL}.model")
+
+    def encode_source(self, texts: Sequence[str]) -> list[list[int]]:
+        """list[str] -> list of id lists, each `pieces + [eos]` (no bos)."""
+        return self._source.encode(list(texts), out_type=int, add_eos=True)
+
+    def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
+        """list[str] -> list of id lists of the pieces only (no bos, no eos)."""
+        return self._target.encode(list(texts), out_type=int)
+
+    def decode_target(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """Target id lists -> detokenized strings.
+
+        Each list is cut at its first eos; bos and pad ids are dropped. Accepts
+        numpy rows too.
+        """
+        cleaned = []
+        for row in ids:
+            row = [int(i) for i in row]
+            if EOS_ID in row:
+                row = row[:row.index(EOS_ID)]
+            cleaned.append([i for i in row if i not in (PAD_ID, BOS_ID)])
+        return self._target.decode(cleaned)
+
+    @staticmethod
+    def _pieces(sp: spm.SentencePieceProcessor, ids: Sequence[int]) -> list[str]:
+        # Padding becomes "" so padded rows label straight into attention maps.
+        return ["" if int(i) == PAD_ID else sp.id_to_piece(int(i)) for i in ids]
+
+    def source_pieces(self, ids: Sequence[int]) -> list[str]:
+        """One source id sequence -> its SentencePiece pieces ("</s>" for eos, "" for pad)."""
+        return self._pieces(self._source, ids)
+
+    def target_pieces(self, ids: Sequence[int]) -> list[str]:
+        """One target id sequence -> its pieces ("<s>" for bos, "</s>" for eos, "" for pad)."""
+        return self._pieces(self._target, ids)
+
+
+def _tokenizer_meta(cfg_data: ml_collections.ConfigDict) -> dict:
+    return {"joint_vocab": bool(cfg_data.joint_vocab), "vocab_size": int(cfg_data.vocab_size),
+            "model_type": str(cfg_data.spm_model_type),
+            "character_coverage": float(cfg_data.character_coverage),
+            "source_lang": str(cfg_data.source_lang), "target_lang": str(cfg_data.target_lang)}
+
+
+def load_or_train_tokenizer(tokenizer_dir: Path, cfg_data: ml_collections.ConfigDict,
+                            train_sources: Sequence[str],
+                            train_targets: Sequence[str]) -> Tokenizer:
+    """Loads the tokenizer from `tokenizer_dir`, training it there first if absent.
+
+    Training writes into a temporary sibling folder that is renamed to
+    `tokenizer_dir` only when complete, so a crash never leaves a half-written
+    tokenizer behind to be reused. The folder also holds `tokenizer.json`, the
+    settings it was trained with; reusing it under other settings is an error.
+
+    Args:
+      tokenizer_dir: usually `<workdir>/tokenizer`.
+      cfg_data: the `data` config group (vocab_size, joint_vocab,
+        spm_model_type, character_coverage, spm_max_sentences, langs).
+      train_sources, train_targets: the training text (raw strings).
+    Returns:
+      The loaded Tokenizer.
+    Raises:
+      DataError: the folder holds a tokenizer trained with other settings, or
+        is not a tokenizer folder.
+    """
+    tokenizer_dir = Path(tokenizer_dir)
+    meta = _tokenizer_meta(cfg_data)
+    meta_path = tokenizer_dir / META_FILE
+    if not meta_path.is_file():
+        if tokenizer_dir.is_dir() and any(tokenizer_dir.iterdir()):
+            raise DataError(f"{tokenizer_dir} exists but holds no {META_FILE}; "
+                            "move it away to train a new tokenizer")
+        tokenizer_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-tmp-", dir=tokenizer_dir.parent))
+        try:
+            kwargs = dict(vocab_size=cfg_data.vocab_size, model_type=cfg_data.spm_model_type,
+                          character_coverage=cfg_data.character_coverage,
+                          max_sentences=cfg_data.spm_max_sentences)
+            if cfg_data.joint_vocab:
+                train_tokenizer([*train_sources, *train_targets], tmp / JOINT_MODEL, **kwargs)
+            else:
+                train_tokenizer(list(train_sources), tmp / SOURCE_MODEL, **kwargs)
+                train_tokenizer(list(train_targets), tmp / TARGET_MODEL, **kwargs)
+            # The metadata file marks a complete tokenizer: written last.
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+            try:
+                os.replace(tmp, tokenizer_dir)  # Atomic; fails if another process won.
+            except OSError:
+                if not meta_path.is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    saved = json.loads(meta_path.read_text())
+    changed = [f"{key}: {saved.get(key)!r} -> {value!r}" for key, value in meta.items()
+               if saved.get(key) != value]
+    if changed:
+        raise DataError(f"tokenizer in {tokenizer_dir} was trained with other settings "
+                        f"({'; '.join(changed)}); use a new workdir")
+    return Tokenizer.load(tokenizer_dir)
+
+
+def encode_for_training(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence[str],
+                        max_length: int, long_pairs: str = "drop",
+                        ) -> tuple[list[list[int]], list[list[int]], int]:
+    """Tokenizes training pairs and enforces `max_length` (training only).
+
+    Lengths count the added eos: a pair fits when len(source ids + eos) and
+    len(target ids + eos) are both <= max_length. Pairs that do not fit are
+    dropped (`long_pairs="drop"`, the default, as in fairseq and JoeyNMT: a
+    truncated target no longer translates its source), or cut to fit
+    (`"truncate"`, keeping the first tokens and the final eos).
+    Evaluation never truncates: encode eval text with `encode_source` directly.
+
+    Args:
+      tokenizer: the Tokenizer.
+      sources, targets: parallel raw training strings.
+      max_length: the longest sequence, eos included (>= 2).
+      long_pairs: "drop" or "truncate".
+    Returns:
+      (source_ids, target_ids, num_dropped): source lists end with eos, target
+      lists carry no specials (see the module docstring).
+    """
+    if long_pairs not in ("drop", "truncate"):
+        raise DataError(f"data.long_pairs must be 'drop' or 'truncate', got {long_pairs!r}")
+    if max_length < 2:
+        raise DataError(f"data.max_length must be at least 2, got {max_length}")
+    source_ids = tokenizer.encode_source(sources)
+    target_ids = tokenizer.encode_target(targets)
+    if long_pairs == "truncate":
+        source_ids = [s if len(s) <= max_length else s[:max_length - 1] + [EOS_ID]
+                      for s in source_ids]
+        target_ids = [t[:max_length - 1] for t in target_ids]
+        return source_ids, target_ids, 0
+    keep = [i for i, (s, t) in enumerate(zip(source_ids, target_ids, strict=True))
+            if len(s) <= max_length and len(t) + 1 <= max_length]
+    dropped = len(source_ids) - len(keep)
+    return [source_ids[i] for i in keep], [target_ids[i] for i in keep], dropped

@@ -1,0 +1,167 @@
+"""Optimizer, loss and the jit-compiled train / eval steps.
+
+The train state is a plain pytree dict so it flows through `jax.jit` (with donation),
+orbax and sharding without wrappers:
+
+    {"step": int32 [], "params": nnx.State, "opt_state": optax state,
+     "nonfinite_step": int32 [] (-1 while every loss and gradient so far was finite)}
+
+Dropout keys are derived from (seed, step), so a resumed run draws the same keys
+as an uninterrupted one without storing any RNG state.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from models.transformer import PAD_ID, Transformer
+
+
+def build_model(cfg, src_vocab: int, tgt_vocab: int, seed: int) -> Transformer:
+    """A freshly initialised `Transformer` from the full config."""
+    return Transformer(cfg.model, src_vocab, tgt_vocab, rngs=nnx.Rngs(seed))
+
+
+def learning_rate_schedule(cfg_train) -> optax.Schedule:
+    """Linear warmup to `learning_rate`, then inverse-sqrt, cosine or constant decay."""
+    peak, warmup = cfg_train.learning_rate, max(1, cfg_train.warmup_steps)
+    if cfg_train.schedule == "cosine":
+        return optax.warmup_cosine_decay_schedule(
+            0.0, peak, warmup, max(cfg_train.num_steps, warmup + 1), end_value=peak * 0.01
+        )
+    warmup_fn = optax.linear_schedule(0.0, peak, warmup)
+    if cfg_train.schedule == "inverse_sqrt":
+        decay_fn = lambda count: peak * jnp.sqrt(warmup / (count + warmup))  # noqa: E731
+    elif cfg_train.schedule == "constant":
+        decay_fn = optax.constant_schedule(peak)
+    else:
+        raise ValueError(f"train.schedule must be inverse_sqrt, cosine or constant, not {cfg_train.schedule!r}")
+    return optax.join_schedules([warmup_fn, decay_fn], [warmup])
+
+
+def build_optimizer(cfg_train) -> optax.GradientTransformation:
+    """AdamW with gradient clipping; weight decay skips biases and layer-norm parameters."""
+    def decay_mask(params):
+        return jax.tree.map(lambda x: x.ndim > 1, params)
+
+    return optax.chain(
+        optax.clip_by_global_norm(cfg_train.grad_clip) if cfg_train.grad_clip > 0 else optax.identity(),
+        optax.adamw(learning_rate_schedule(cfg_train), b1=cfg_train.adam_b1, b2=cfg_train.adam_b2,
+                    eps=1e-9, weight_decay=cfg_train.weight_decay, mask=decay_mask),
+    )
+
+
+def init_train_state(model: Transformer, optimizer: optax.GradientTransformation) -> dict:
+    """Train state of a fresh model (see the module docstring for the layout)."""
+    params = nnx.state(model, nnx.Param)
+    return {
+        "step": jnp.zeros((), jnp.int32),
+        "params": params,
+        "opt_state": optimizer.init(params),
+        "nonfinite_step": jnp.full((), -1, jnp.int32),
+    }
+
+
+def token_losses(logits: jnp.ndarray, targets: jnp.ndarray, label_smoothing: float):
+    """Label-smoothed cross-entropy per token.
+
+    logits: float32 [B, T, V]; targets: int32 [B, T]. Smoothing puts `label_smoothing`
+    mass uniformly over the vocabulary (as in Szegedy et al. 2016 / fairseq).
+    Returns (smoothed loss [B, T], negative log-likelihood [B, T]).
+    """
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+    uniform = -jnp.mean(log_probs, axis=-1)
+    return (1.0 - label_smoothing) * nll + label_smoothing * uniform, nll
+
+
+def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_rng=None):
+    """Mean loss over non-pad target tokens.
+
+    batch: {"src": [B, S], "tgt_in": [B, T], "tgt_out": [B, T]} int32.
+    Returns (mean smoothed loss, {"loss_sum", "nll_sum", "tokens"} float32 scalars).
+    """
+    logits, _ = model(batch["src"], batch["tgt_in"], dropout_rng=dropout_rng)
+    smoothed, nll = token_losses(logits, batch["tgt_out"], label_smoothing)
+    weights = (batch["tgt_out"] != PAD_ID).astype(jnp.float32)
+    tokens = jnp.sum(weights)
+    sums = {"loss_sum": jnp.sum(smoothed * weights), "nll_sum": jnp.sum(nll * weights),
+            "tokens": tokens}
+    return sums["loss_sum"] / jnp.maximum(tokens, 1.0), sums
+
+
+def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, cfg_train):
+    """The jit-compiled train step `(state, batch) -> (state, metrics)`; `state` is donated.
+
+    A step whose loss or gradient is not finite leaves the parameters untouched and
+    records its number in `state["nonfinite_step"]`; the host checks it when it syncs
+    anyway (logging, checkpointing), so there is no host round-trip per step.
+    """
+    base_key = jax.random.key(cfg_train.seed)
+
+    def step_fn(state: dict, batch: dict):
+        dropout_rng = jax.random.fold_in(base_key, state["step"])
+
+        def loss_fn(params):
+            model = nnx.merge(graphdef, params)
+            return batch_loss(model, batch, cfg_train.label_smoothing, dropout_rng)
+
+        (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        grad_norm = optax.global_norm(grads)
+        updates, new_opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+        new_params = optax.apply_updates(state["params"], updates)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+        first_bad = jnp.where((state["nonfinite_step"] < 0) & ~finite, state["step"], state["nonfinite_step"])
+        new_state = {
+            "step": state["step"] + 1,
+            "params": keep(new_params, state["params"]),
+            "opt_state": keep(new_opt_state, state["opt_state"]),
+            "nonfinite_step": first_bad,
+        }
+        return new_state, {**sums, "grad_norm": grad_norm}
+
+    return jax.jit(step_fn, donate_argnums=0)
+
+
+def make_eval_step(graphdef: nnx.GraphDef, label_smoothing: float):
+    """Jitted `(params, batch) -> {"loss_sum", "nll_sum", "tokens"}` without dropout."""
+    def eval_fn(params, batch):
+        _, sums = batch_loss(nnx.merge(graphdef, params), batch, label_smoothing)
+        return sums
+
+    return jax.jit(eval_fn)
+
+
+# --- data parallelism -------------------------------------------------------------
+
+def make_mesh() -> Mesh:
+    """A 1-D mesh over every device of every process, axis "data"."""
+    return Mesh(np.asarray(jax.devices()), ("data",))
+
+
+def replicate(tree, mesh: Mesh):
+    """Place a pytree on every device of the mesh (parameters, optimizer state)."""
+    return jax.device_put(tree, NamedSharding(mesh, PartitionSpec()))
+
+
+def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+    """Split a host batch along its first axis over the "data" axis.
+
+    batch: arrays [B, ...] with B a multiple of the global device count. Each process
+    passes the same global batch and contributes its own slice, so this also works
+    multi-host (after `jax.distributed.initialize()`).
+    """
+    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    num_proc, proc = jax.process_count(), jax.process_index()
+
+    def put(x: np.ndarray) -> jax.Array:
+        local = np.array_split(x, num_proc)[proc] if num_proc > 1 else x
+        return jax.make_array_from_process_local_data(sharding, local, x.shape)
+
+    return {k: put(v) for k, v in batch.items() if isinstance(v, np.ndarray) and v.ndim >= 1}
