@@ -213,7 +213,7 @@ def train(cfg, workdir: Path) -> int:
     stop = StopRequest()
     batches = prefetch(batcher.iterate(meta["epoch"], meta["batch_index"]))
     progress = tqdm(total=cfg.train.num_steps, initial=step, dynamic_ncols=True,
-                    disable=jax.process_index() != 0 or None, desc="train")
+                    disable=jax.process_index() != 0, desc="train", mininterval=5)
     pending, window_start, window_tokens = [], time.time(), 0
     session_start, trained_before = time.time(), meta["train_seconds"]
     exit_code = 0

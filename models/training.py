@@ -71,12 +71,15 @@ def token_losses(logits: jnp.ndarray, targets: jnp.ndarray, label_smoothing: flo
     """Label-smoothed cross-entropy per token.
 
     logits: float32 [B, T, V]; targets: int32 [B, T]. Smoothing puts `label_smoothing`
-    mass uniformly over the vocabulary (as in Szegedy et al. 2016 / fairseq).
+    mass uniformly over the vocabulary (as in Szegedy et al. 2016 / fairseq). Written
+    with logsumexp so the [B, T, V] log-probabilities are never materialised: the
+    vocabulary projection and its softmax dominate a small model's step on CPU.
     Returns (smoothed loss [B, T], negative log-likelihood [B, T]).
     """
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
-    uniform = -jnp.mean(log_probs, axis=-1)
+    logits = logits.astype(jnp.float32)
+    log_z = jax.nn.logsumexp(logits, axis=-1)
+    nll = log_z - jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    uniform = log_z - jnp.mean(logits, axis=-1)
     return (1.0 - label_smoothing) * nll + label_smoothing * uniform, nll
 
 
