@@ -30,7 +30,8 @@ def make_manager(directory: Path, keep: int, *, read_only: bool = False) -> ocp.
                  keep_checkpoints_without_metrics=False),
     ])
     options = ocp.CheckpointManagerOptions(
-        preservation_policy=policy, create=not read_only, read_only=read_only,
+        preservation_policy=policy, best_fn=lambda m: m["bleu"], best_mode="max",
+        create=not read_only, read_only=read_only,
         cleanup_tmp_directories=not read_only,
     )
     return ocp.CheckpointManager(Path(directory).absolute(), options=options,

@@ -1,0 +1,654 @@
+"""Evaluate a trained run with sacreBLEU / chrF, or translate any file or stdin (SPEC §4.4).
+
+    python evaluate.py --workdir runs/de_en --split test --beam_size 5
+    python evaluate.py --workdir runs/de_en --source talk.de [--reference talk.en]
+    cat talk.de | python evaluate.py --workdir runs/de_en --source - > talk.en
+
+Flags (defaults in brackets):
+  --workdir            a training run directory (required)
+  --split              valid | test of the configured dataset [test, unless --source]
+  --source, --reference  any text file (plain or gzip; `-` = stdin) instead of --split;
+                       without --reference only translations are written
+  --checkpoint         best | last | STEP [best; `last` with --average_last]. `best` is the
+                       step with the highest validation BLEU (orbax metrics, or the
+                       `best_step` the training loop records when no metrics are stored)
+  --average_last N     average the parameters of the N most recent saved checkpoints up
+                       to and including --checkpoint's step [0 = off]
+  --beam_size          1 = greedy [the config's eval.beam_size]
+  --length_penalty     GNMT alpha of beam search [0.6]
+  --batch_size         sentences per batch [the config's eval.batch_size]
+  --compat_lc_tok      also report BLEU on lowercased, Moses-tokenized text (sacremoses,
+                       then sacreBLEU tokenize="none"): the metric of the Multi30k literature
+  --save_attention N   record the attention maps of the returned hypotheses of the first
+                       N sentences [0]
+  --max_sentences N    only the first N lines of the input [0 = all]
+  --name               output name [see below]
+
+Outputs, in `<workdir>/eval/` (each written atomically, only after everything succeeded,
+so a failed or interrupted run never leaves a half file over a good one):
+  <name>.hyp.txt        one detokenized line per input line, same order; an empty input
+                        line gives an empty line (the model is not run on it), long
+                        lines are translated in full (nothing is dropped or truncated)
+  <name>.json           name, workdir, split, source, reference, source_lang,
+                        target_lang, num_sentences, num_empty, checkpoint_step,
+                        checkpoint {requested, steps, averaged}, decoding {beam_size,
+                        decode, length_penalty, batch_size, bucket_step, max_length},
+                        bleu, bleu_signature, bleu_text, bleu_details {precisions, bp,
+                        ratio, hyp_len, ref_len}, chrf, chrf_signature, chrf_text (scores
+                        are null without a reference), with --compat_lc_tok bleu_lc_tok,
+                        bleu_lc_tok_signature, bleu_lc_tok_preprocessing,
+                        bleu_lc_tok_text; files {hyp, json[, attention]}; timing
+                        {load_seconds, decode_seconds, compile_seconds,
+                        sentences_translated, target_tokens, sentences_per_sec,
+                        target_tokens_per_sec[, attention_seconds]}; devices; time
+  <name>.attention.npz  with --save_attention: SPEC §4.5 map file (decode "greedy" or
+                        "beam"), plus PNG previews `<name>.attention.ex<I>.cross.*.png`
+                        of the first 8 of those sentences
+The default `<name>` is `<base>.step<S>.<decode>`: base = the split, the source file's
+name without `.gz` / `.txt` (`talk.de`), or `stdin`; S = the checkpoint step (averaged:
+`avg<N>-step<S>`, S the newest); decode = `greedy` or `beam<K>`, e.g.
+`test.step20000.beam5`.
+
+stdout gets `BLEU = ...` with the sacreBLEU signature, chrF, the number of sentences
+and the decoding speed. With `--source -` stdout gets the translations instead (one
+line per input line) and the summary goes to stderr. A progress bar runs on stderr.
+
+Bad input (no checkpoint, damaged checkpoint, missing or non-UTF-8 file, mismatched
+line counts, a tokenizer that does not fit the checkpoint) gives one `error: ...` line
+on stderr and exit code 2, before anything is written. Input files are checked before
+JAX is even imported, so such errors come back in about a second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import ml_collections
+from absl import flags
+from absl import logging as absl_logging
+from sacrebleu.metrics import BLEU, CHRF
+
+from configs import cli
+from configs.errors import UserError
+from data.corpora import DataError, decode_lines, load_corpus, read_lines
+
+FLAGS = flags.FLAGS
+EVAL_DIR = "eval"
+MAX_PREVIEW_EXAMPLES = 8  # PNG previews for at most this many of the saved maps
+
+
+def define_flags() -> None:
+    """Defines the command-line flags (only when run as a script, so that importing this
+    module from tests or other tools never clashes with their flags)."""
+    flags.DEFINE_string("workdir", None, "Training run directory (config.json, tokenizer/, "
+                        "checkpoints/).")
+    flags.DEFINE_enum("split", None, ["valid", "test"], "Split of the configured dataset "
+                      "(default test, unless --source is given).")
+    flags.DEFINE_string("source", None, "Source text file to translate (plain or gzip); "
+                        "'-' reads stdin.")
+    flags.DEFINE_string("reference", None, "Reference translations of --source (optional; "
+                        "'-' reads stdin).")
+    flags.DEFINE_string("checkpoint", None, "best | last | a step number (default best; "
+                        "last with --average_last).")
+    flags.DEFINE_integer("average_last", 0, "Average the parameters of the N most recent "
+                         "saved checkpoints up to --checkpoint (0 = off).")
+    flags.DEFINE_integer("beam_size", None, "Beam size; 1 = greedy (default: config "
+                         "eval.beam_size).")
+    flags.DEFINE_float("length_penalty", 0.6, "GNMT length penalty alpha for beam search.")
+    flags.DEFINE_integer("batch_size", None, "Sentences per batch (default: config "
+                         "eval.batch_size).")
+    flags.DEFINE_bool("compat_lc_tok", False, "Also report BLEU on lowercased, "
+                      "Moses-tokenized text (the Multi30k literature's metric).")
+    flags.DEFINE_integer("save_attention", 0, "Save attention maps of the first N sentences.")
+    flags.DEFINE_integer("max_sentences", 0, "Only the first N input lines (0 = all).")
+    flags.DEFINE_string("name", None, "Output name in <workdir>/eval/ (default "
+                        "<split|source stem>.step<S>.<greedy|beamK>).")
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclasses.dataclass
+class Inputs:
+    """What to translate: source lines, optional references, and how to name them."""
+
+    sources: list[str]
+    references: list[str] | None
+    source_name: str  # for messages and the JSON: a path, "<stdin>" or "multi30k test (de)"
+    reference_name: str | None
+    base: str  # default output name stem
+    split: str | None
+
+
+def read_text(path: str) -> tuple[list[str], str]:
+    """Lines of a text file (plain or gzip) or of stdin (`-`); (lines, name for messages).
+
+    Raises DataError for a missing file or invalid UTF-8 (naming the file and line).
+    """
+    if path == "-":
+        return decode_lines(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
+    if Path(path).is_dir():
+        raise DataError(f"{path} is a directory, not a text file")
+    return read_lines(path), path
+
+
+def _file_stem(path: str) -> str:
+    if path == "-":
+        return "stdin"
+    return Path(path).name.removesuffix(".gz").removesuffix(".txt") or "source"
+
+
+def read_inputs(cfg: ml_collections.ConfigDict, split: str | None, source: str | None,
+                reference: str | None, max_sentences: int = 0) -> Inputs:
+    """Reads and checks the input text (before any model is loaded)."""
+    if source is None:
+        if reference is not None:
+            raise UserError("--reference needs --source (with --split the reference is the "
+                            "split's target side)")
+        split = split or "test"
+        sources, references = load_corpus(cfg.data, split)
+        what = f"{cfg.data.dataset} {split}"
+        inputs = Inputs(sources, references, f"{what} ({cfg.data.source_lang})",
+                        f"{what} ({cfg.data.target_lang})", split, split)
+    else:
+        if split is not None:
+            raise UserError("give either --split or --source, not both")
+        if source == "-" and reference == "-":
+            raise UserError("--source and --reference cannot both be stdin ('-')")
+        sources, source_name = read_text(source)
+        references, reference_name = read_text(reference) if reference else (None, None)
+        if references is not None and len(references) != len(sources):
+            raise DataError(f"mismatched line counts: {source_name} has {len(sources)} lines, "
+                            f"{reference_name} has {len(references)}")
+        inputs = Inputs(sources, references, source_name, reference_name, _file_stem(source),
+                        None)
+    if not inputs.sources:
+        raise DataError(f"{inputs.source_name} is empty: nothing to translate")
+    if max_sentences > 0:
+        inputs.sources = inputs.sources[:max_sentences]
+        if inputs.references is not None:
+            inputs.references = inputs.references[:max_sentences]
+    return inputs
+
+
+def load_tokenizer(workdir: Path, cfg: ml_collections.ConfigDict):
+    """The run's tokenizer, checked against config.json (UserError if missing or foreign)."""
+    from data.tokenizer import META_FILE, Tokenizer, _tokenizer_meta
+
+    directory = workdir / "tokenizer"
+    if not directory.is_dir():
+        raise UserError(f"{directory} not found: {workdir} has no tokenizer (train first)")
+    meta_path = directory / META_FILE
+    if meta_path.is_file():
+        try:
+            saved = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"{meta_path}: invalid JSON ({e})") from None
+        expected = _tokenizer_meta(cfg.data)
+        changed = [f"{k}: {saved.get(k)!r} in the tokenizer, {v!r} in config.json"
+                   for k, v in expected.items() if saved.get(k) != v]
+        if changed:
+            raise UserError(f"tokenizer in {directory} does not match {workdir}/config.json "
+                            f"({'; '.join(changed)})")
+    try:
+        return Tokenizer.load(directory)
+    except (OSError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"cannot load the tokenizer in {directory}: {first}") from None
+
+
+# ----------------------------------------------------------------------- checkpoints
+
+
+@dataclasses.dataclass
+class LoadedParams:
+    """A model with restored (possibly averaged) parameters."""
+
+    model: object  # models.transformer.Transformer
+    params: object  # nnx.State of the nnx.Param variables
+    steps: list[int]  # the checkpoint step(s) the parameters come from, oldest first
+    requested: str  # the --checkpoint value the steps were resolved from
+
+
+def _checkpoint_dir(workdir: Path) -> Path:
+    directory = workdir / "checkpoints"
+    has_steps = directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
+    if not has_steps:
+        raise UserError(f"no checkpoint in {directory}: train first "
+                        f"(python train.py --config ... --workdir {workdir})")
+    return directory
+
+
+def _read_meta(manager, step: int) -> dict:
+    import orbax.checkpoint as ocp
+
+    try:
+        restored = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        return dict(restored["meta"])
+    except Exception as err:  # noqa: BLE001 - orbax raises many types for damaged files
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"cannot read checkpoint step {step} in {manager.directory}: "
+                        f"{first[:300]}") from err
+
+
+def best_step(manager) -> int:
+    """The saved step with the best validation BLEU.
+
+    Uses orbax's metrics when the checkpoints carry them (`choose_step`); otherwise the
+    `best_step` that the training loop stores in each checkpoint's meta item, read from
+    the newest checkpoint; the newest step if that one is no longer saved.
+    """
+    from models import checkpoint as ckpt
+
+    steps = manager.all_steps()
+    if any(manager.metrics(s) for s in steps):
+        return ckpt.choose_step(manager, "best")
+    latest = max(steps)
+    best = _read_meta(manager, latest).get("best_step", -1)
+    if isinstance(best, int) and best in steps:
+        return best
+    return latest
+
+
+def resolve_steps(manager, checkpoint: str | None, average_last: int = 0) -> list[int]:
+    """Checkpoint step(s) to load, oldest first.
+
+    checkpoint: "best" | "last" | a step number; None = "best", or "last" when averaging.
+    average_last: N > 0 averages the N most recent saved steps up to that step.
+    """
+    from models import checkpoint as ckpt
+
+    steps = sorted(manager.all_steps())
+    if not steps:
+        raise UserError(f"no checkpoint in {manager.directory}: train first")
+    which = checkpoint or ("last" if average_last else "best")
+    newest = best_step(manager) if which == "best" else ckpt.choose_step(manager, which)
+    if average_last <= 0:
+        return [newest]
+    window = [s for s in steps if s <= newest][-average_last:]
+    if len(window) < average_last:
+        upto = "" if newest == steps[-1] else f" up to step {newest}"
+        raise UserError(f"--average_last {average_last}: only {len(window)} checkpoint(s) "
+                        f"saved{upto} in {manager.directory} (steps {window})")
+    return window
+
+
+def load_params(workdir: str | Path, checkpoint: str | None = None, average_last: int = 0,
+                *, cfg: ml_collections.ConfigDict | None = None, tokenizer=None) -> LoadedParams:
+    """Builds the run's model and restores the parameters of one checkpoint, or the
+    element-wise mean of the last `average_last` ones (see `resolve_steps`).
+
+    Raises UserError: no checkpoint, a damaged one, or one that does not fit the
+    model built from config.json and the tokenizer.
+    """
+    from flax import nnx
+
+    from models import checkpoint as ckpt
+    from models.training import build_model, build_optimizer, init_train_state
+
+    workdir = Path(workdir)
+    cfg = cfg if cfg is not None else cli.load_config_json(workdir)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(workdir, cfg)
+    manager = ckpt.make_manager(_checkpoint_dir(workdir), cfg.checkpoint.keep, read_only=True)
+    steps = resolve_steps(manager, checkpoint, average_last)
+    model = build_model(cfg, tokenizer.source_vocab_size, tokenizer.target_vocab_size,
+                        cfg.train.seed)
+    abstract = ckpt.abstract_of(init_train_state(model, build_optimizer(cfg.train)))
+    trees = []
+    for step in steps:
+        try:
+            state, _ = ckpt.restore(manager, step, abstract)
+        except UserError as err:
+            shapes = re.search(r"Requested shape: (\(.*?\)) is not compatible with the "
+                               r"stored shape: (\(.*?\))", str(err))
+            detail = (f"a stored array has shape {shapes[2]}, the model expects {shapes[1]}"
+                      if shapes else "its tree of arrays differs from the model's (other "
+                      "layers or modules)" if "tree structures do not match" in str(err)
+                      else None)
+            if detail:
+                raise UserError(
+                    f"checkpoint step {step} in {manager.directory} does not fit the model "
+                    f"built from {workdir}/config.json and the tokenizer in {workdir}/tokenizer "
+                    f"(vocab {tokenizer.source_vocab_size}/{tokenizer.target_vocab_size}): "
+                    f"{detail}; was the tokenizer or config.json replaced?") from err
+            # TensorStore appends a dump of its spec; the reason comes before it.
+            reason = str(err).split(" See full TensorStore details")[0].rstrip(" .")
+            others = [s for s in manager.all_steps() if s != step]
+            raise UserError(f"{reason} -- the checkpoint is truncated or damaged"
+                            + (f"; other saved steps: {sorted(others)} (--checkpoint STEP)"
+                               if others else "")) from err
+        trees.append(state["params"])
+    params = trees[0] if len(trees) == 1 else ckpt.average_params(trees)
+    nnx.update(model, params)
+    return LoadedParams(model, params, list(steps), checkpoint or ("last" if average_last
+                                                                   else "best"))
+
+
+# -------------------------------------------------------------------------- decoding
+
+
+class CompileTimer:
+    """Wall time JAX spends tracing/lowering/compiling (or loading compiled programs from
+    the persistent cache) while active: the union of its `/jax/core/compile/*` spans."""
+
+    def __init__(self):
+        self.spans: list[tuple[float, float]] = []
+
+    def _listener(self, event: str, start: float, end: float, **kwargs) -> None:
+        if event.startswith("/jax/core/compile/"):
+            self.spans.append((start, end))
+
+    def __enter__(self):
+        import jax
+
+        jax.monitoring.register_event_time_span_listener(self._listener)
+        return self
+
+    def __exit__(self, *exc):
+        import jax
+
+        jax.monitoring.unregister_event_time_span_listener(self._listener)
+
+    @property
+    def seconds(self) -> float:
+        total, reach = 0.0, float("-inf")
+        for start, end in sorted(self.spans):
+            if end > reach:
+                total += end - max(start, reach)
+                reach = end
+        return total
+
+
+def clean_line(text: str) -> str:
+    """A hypothesis as one file line: no line breaks, no surrounding whitespace (so the
+    scores computed here equal sacreBLEU run on the written file)."""
+    return text.replace("\r", " ").replace("\n", " ").strip()
+
+
+def translate_lines(model, tokenizer, sources: list[str], *, beam_size: int,
+                    length_penalty: float, batch_size: int, bucket_step: int,
+                    ) -> tuple[list[str], dict]:
+    """Translates every line (empty lines give empty lines without running the model).
+
+    Returns (hypotheses in input order, timing dict).
+    """
+    from models.translate import translate_ids
+
+    todo = [i for i, s in enumerate(sources) if s]
+    hyps = [""] * len(sources)
+    start = time.perf_counter()
+    target_tokens = 0
+    with CompileTimer() as compile_timer:
+        if todo:
+            ids = translate_ids(model, tokenizer.encode_source([sources[i] for i in todo]),
+                                beam_size=beam_size, length_penalty=length_penalty,
+                                batch_size=batch_size, bucket_step=bucket_step, progress=True)
+            target_tokens = sum(len(h) for h in ids)
+            for i, text in zip(todo, tokenizer.decode_target(ids), strict=True):
+                hyps[i] = clean_line(text)
+    seconds = time.perf_counter() - start
+    timing = {
+        "decode_seconds": seconds,
+        "compile_seconds": compile_timer.seconds,
+        "sentences_translated": len(todo),
+        "target_tokens": target_tokens,
+        "sentences_per_sec": len(todo) / max(seconds, 1e-9),
+        "target_tokens_per_sec": target_tokens / max(seconds, 1e-9),
+    }
+    return hyps, timing
+
+
+def save_attention(model, tokenizer, sources: list[str], n: int, *, beam_size: int,
+                   length_penalty: float, batch_size: int, step: int, out_dir: Path,
+                   stem: str) -> Path:
+    """Records the maps of the returned hypotheses of the first `n` sentences (in batches)
+    and writes `<stem>.npz` plus PNG previews into `out_dir`."""
+    from attention.mapfile import concatenate_maps, save_maps
+    from attention.plotting import preview_pngs
+    from models.translate import record_maps
+
+    source_ids = tokenizer.encode_source(sources[:n])
+    parts = [record_maps(model, tokenizer, source_ids[i:i + batch_size], None,
+                         beam_size=beam_size, length_penalty=length_penalty, step=step)
+             for i in range(0, len(source_ids), batch_size)]
+    maps = parts[0] if len(parts) == 1 else concatenate_maps(parts)
+    path = save_maps(out_dir / f"{stem}.npz", maps)
+    k = min(maps.num_examples, MAX_PREVIEW_EXAMPLES)
+    preview = dataclasses.replace(maps, **{
+        f.name: getattr(maps, f.name)[:k] for f in dataclasses.fields(maps)
+        if f.name not in ("step", "decode")})
+    preview_pngs(preview, out_dir, stem)
+    return path
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def moses_lc_tok(lines: list[str], lang: str) -> list[str]:
+    """Lowercased, Moses-tokenized text (sacremoses, no XML escaping)."""
+    from sacremoses import MosesTokenizer
+
+    tokenizer = MosesTokenizer(lang=lang)
+    return [tokenizer.tokenize(line.lower(), escape=False, return_str=True) for line in lines]
+
+
+def score(hyps: list[str], refs: list[str], *, compat_lc_tok: bool = False,
+          target_lang: str = "en") -> dict:
+    """sacreBLEU BLEU and chrF (detokenized, cased), and with `compat_lc_tok` BLEU on
+    lowercased Moses-tokenized text; values, signatures and BLEU details."""
+    bleu_metric, chrf_metric = BLEU(), CHRF()
+    bleu = bleu_metric.corpus_score(hyps, [refs])
+    chrf = chrf_metric.corpus_score(hyps, [refs])
+    out = {
+        "bleu": bleu.score,
+        "bleu_signature": str(bleu_metric.get_signature()),
+        "bleu_text": str(bleu),
+        "bleu_details": {"precisions": list(bleu.precisions), "bp": bleu.bp,
+                         "ratio": bleu.ratio, "hyp_len": bleu.sys_len,
+                         "ref_len": bleu.ref_len},
+        "chrf": chrf.score,
+        "chrf_signature": str(chrf_metric.get_signature()),
+        "chrf_text": str(chrf),
+    }
+    if compat_lc_tok:
+        lc_metric = BLEU(tokenize="none")
+        lc = lc_metric.corpus_score(moses_lc_tok(hyps, target_lang),
+                                    [moses_lc_tok(refs, target_lang)])
+        out.update({
+            "bleu_lc_tok": lc.score,
+            "bleu_lc_tok_signature": str(lc_metric.get_signature()),
+            "bleu_lc_tok_preprocessing": f"lowercase + sacremoses MosesTokenizer(lang="
+                                         f"{target_lang!r}).tokenize(escape=False)",
+            "bleu_lc_tok_text": str(lc),
+        })
+    return out
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Writes `text` to `path` through a temporary file and os.replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def default_name(base: str, steps: list[int], beam_size: int) -> str:
+    """`<base>.step<S>.<greedy|beamK>`, `avg<N>-step<S>` when averaging."""
+    ckpt = f"step{steps[-1]}" if len(steps) == 1 else f"avg{len(steps)}-step{steps[-1]}"
+    return f"{base}.{ckpt}.{'greedy' if beam_size == 1 else f'beam{beam_size}'}"
+
+
+def check_name(name: str) -> str:
+    if not name or name in (".", "..") or "/" in name or os.sep in name:
+        raise UserError(f"--name {name!r}: must be a plain file name (no '/')")
+    return name
+
+
+def summary_lines(result: dict) -> list[str]:
+    """What is printed: scores with signatures, sentences and speed."""
+    lines = []
+    if result.get("bleu") is not None:
+        lines += [result["bleu_text"], f"  signature: {result['bleu_signature']}",
+                  result["chrf_text"], f"  signature: {result['chrf_signature']}"]
+        if "bleu_lc_tok" in result:
+            lines += [f"lowercased Moses-tokenized (compat) {result['bleu_lc_tok_text']}",
+                      f"  signature: {result['bleu_lc_tok_signature']} (after "
+                      f"{result['bleu_lc_tok_preprocessing']})"]
+    t, d = result["timing"], result["decoding"]
+    steps = result["checkpoint"]["steps"]
+    ckpt = (f"step {steps[0]}" if len(steps) == 1
+            else f"average of steps {', '.join(map(str, steps))}")
+    lines.append(
+        f"{result['num_sentences']} sentences ({result['num_empty']} empty), {ckpt}, "
+        f"{d['decode']}{'' if d['beam_size'] == 1 else ' ' + str(d['beam_size'])}: "
+        f"{t['decode_seconds']:.1f} s decoding, {t['sentences_per_sec']:.1f} sentences/s, "
+        f"{t['target_tokens_per_sec']:.0f} target tokens/s ({t['compile_seconds']:.1f} s of it "
+        f"compiling)")
+    lines.append(f"wrote {result['files']['hyp']}" + (
+        f" and {result['files']['attention']}" if result["files"].get("attention") else ""))
+    return lines
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def enable_compilation_cache() -> None:
+    """Reuse compiled XLA programs across runs (as train.py does)."""
+    import jax
+
+    default = Path.home() / ".cache" / "attnmt" / "xla"
+    jax.config.update("jax_compilation_cache_dir",
+                      os.environ.get("JAX_COMPILATION_CACHE_DIR", str(default)))
+
+
+def _check_flags() -> None:
+    if not FLAGS.workdir:
+        raise UserError("--workdir is required")
+    minimums = {"beam_size": 1, "batch_size": 1, "average_last": 0, "save_attention": 0,
+                "max_sentences": 0}
+    for name, low in minimums.items():
+        value = getattr(FLAGS, name)
+        if value is not None and value < low:
+            raise UserError(f"--{name} must be at least {low}, got {value}")
+    if FLAGS.length_penalty < 0:
+        raise UserError(f"--length_penalty must be >= 0, got {FLAGS.length_penalty}")
+    which = FLAGS.checkpoint
+    if which is not None and which not in ("best", "last") and not which.isdigit():
+        raise UserError(f"--checkpoint must be best, last or a step number, got {which!r}")
+    if FLAGS.name is not None:
+        check_name(FLAGS.name)
+
+
+def evaluate(workdir: Path) -> dict:
+    """The whole evaluation; returns the JSON result (also written to disk)."""
+    cfg = cli.load_config_json(workdir)
+    inputs = read_inputs(cfg, FLAGS.split, FLAGS.source, FLAGS.reference, FLAGS.max_sentences)
+    tokenizer = load_tokenizer(workdir, cfg)
+    _checkpoint_dir(workdir)
+    beam_size = FLAGS.beam_size or int(cfg.eval.beam_size)
+    batch_size = FLAGS.batch_size or int(cfg.eval.batch_size)
+    bucket_step = int(cfg.data.bucket_step)
+
+    import jax
+
+    enable_compilation_cache()
+    load_start = time.perf_counter()
+    loaded = load_params(workdir, FLAGS.checkpoint, FLAGS.average_last, cfg=cfg,
+                         tokenizer=tokenizer)
+    load_seconds = time.perf_counter() - load_start
+    name = FLAGS.name or default_name(inputs.base, loaded.steps, beam_size)
+    out_dir = workdir / EVAL_DIR
+    if cfg.model.positions == "learned":
+        longest = max(len(s) for s in tokenizer.encode_source(inputs.sources))
+        if 1.5 * longest + 10 > cfg.model.max_positions:
+            print(f"warning: the longest source has {longest} tokens; translations longer "
+                  f"than model.max_positions={cfg.model.max_positions} learned positions "
+                  "degrade", file=sys.stderr)
+
+    hyps, timing = translate_lines(loaded.model, tokenizer, inputs.sources, beam_size=beam_size,
+                                   length_penalty=FLAGS.length_penalty, batch_size=batch_size,
+                                   bucket_step=bucket_step)
+    timing["load_seconds"] = load_seconds
+    result = {
+        "name": name,
+        "workdir": str(workdir),
+        "split": inputs.split,
+        "source": inputs.source_name,
+        "reference": inputs.reference_name,
+        "source_lang": cfg.data.source_lang,
+        "target_lang": cfg.data.target_lang,
+        "num_sentences": len(inputs.sources),
+        "num_empty": len(inputs.sources) - timing["sentences_translated"],
+        "checkpoint_step": loaded.steps[-1],
+        "checkpoint": {"requested": loaded.requested, "steps": loaded.steps,
+                       "averaged": len(loaded.steps) > 1},
+        "decoding": {"beam_size": beam_size, "decode": "greedy" if beam_size == 1 else "beam",
+                     "length_penalty": FLAGS.length_penalty, "batch_size": batch_size,
+                     "bucket_step": bucket_step,
+                     "max_length": "ceil(1.5 * source tokens + 10), per batch"},
+        "bleu": None,
+        "chrf": None,
+    }
+    if inputs.references is not None:
+        result.update(score(hyps, inputs.references, compat_lc_tok=FLAGS.compat_lc_tok,
+                            target_lang=cfg.data.target_lang))
+    files = {"hyp": str(out_dir / f"{name}.hyp.txt"), "json": str(out_dir / f"{name}.json")}
+    if FLAGS.save_attention:
+        start = time.perf_counter()
+        path = save_attention(
+            loaded.model, tokenizer, inputs.sources, FLAGS.save_attention, beam_size=beam_size,
+            length_penalty=FLAGS.length_penalty, batch_size=batch_size, step=loaded.steps[-1],
+            out_dir=out_dir, stem=f"{name}.attention")
+        timing["attention_seconds"] = time.perf_counter() - start
+        files["attention"] = str(path)
+    result.update(files=files, timing=timing,
+                  devices=f"{jax.default_backend()} x{jax.device_count()}", time=time.time())
+    write_atomic(Path(files["hyp"]), "".join(h + "\n" for h in hyps))
+    write_atomic(Path(files["json"]), json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    if inputs.source_name == "<stdin>":
+        sys.stdout.write("".join(h + "\n" for h in hyps))
+        sys.stdout.flush()
+    summary = sys.stderr if inputs.source_name == "<stdin>" else sys.stdout
+    print("\n".join(summary_lines(result)), file=summary, flush=True)
+    return result
+
+
+def _quiet_coroutines(unraisable) -> None:
+    if not inspect.iscoroutine(unraisable.object):
+        sys.__unraisablehook__(unraisable)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise UserError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if not cli.debug_enabled():
+        absl_logging.set_verbosity(absl_logging.ERROR)  # orbax's INFO/WARNING chatter
+        # A failed orbax restore leaves async read coroutines behind whose exceptions
+        # Python would print at exit ("Exception ignored in: <coroutine ...>"), after
+        # our one-line error. They carry nothing the error line does not say.
+        sys.unraisablehook = _quiet_coroutines
+    _check_flags()
+    evaluate(Path(FLAGS.workdir))
+
+
+if __name__ == "__main__":
+    define_flags()
+    cli.run(main)
