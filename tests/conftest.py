@@ -19,12 +19,23 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
-def run_script(script: str, *args: str, timeout: float = 600, env: dict | None = None):
+def run_script(script: str, *args: str, timeout: float = 600, env: dict | None = None,
+               input: str | None = None):
     """Run `python <script> args...` from the repository root; returns CompletedProcess."""
+    return _run([str(REPO / script), *args], timeout, env, input)
+
+
+def run_module(module: str, *args: str, timeout: float = 600, env: dict | None = None,
+               input: str | None = None):
+    """Run `python -m <module> args...` from the repository root; returns CompletedProcess."""
+    return _run(["-m", module, *args], timeout, env, input)
+
+
+def _run(argv: list[str], timeout: float, env: dict | None, input: str | None):
     import subprocess
 
     return subprocess.run(
-        [sys.executable, str(REPO / script), *args], cwd=REPO, capture_output=True, text=True,
+        [sys.executable, *argv], cwd=REPO, capture_output=True, text=True, input=input,
         timeout=timeout, env={**os.environ, **(env or {})},
     )
 
