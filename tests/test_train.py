@@ -132,3 +132,18 @@ def test_train_step_compiles_once_per_bucket_shape():
     jax.block_until_ready(state)
     assert step._cache_size() == len(batcher.shapes())
     assert int(state["step"]) == 2 * batcher.num_batches
+
+
+def test_data_parallel_over_two_devices(tmp_path):
+    """The same train.py shards batches over every local device (two simulated CPU devices)."""
+    workdir = tmp_path / "dp"
+    result = run_script(
+        "train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
+        "--config.train.num_steps=20", "--config.attention_maps.enabled=False",
+        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "2 device(s)" in result.stderr
+    train = [m for m in read_metrics(workdir) if m["split"] == "train"]
+    assert train[-1]["step"] == 20 and np.isfinite(train[-1]["loss"])
+    assert train[-1]["loss"] < train[0]["loss"]
