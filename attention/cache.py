@@ -15,8 +15,9 @@ import jax.numpy as jnp
 class KVCache(NamedTuple):
     """Causal self-attention cache.
 
-    key: [B, T_max, H, Dk]; value: [B, T_max, H, Dv]; index: int32 scalar, the
-    number of positions already written (the position of the next token).
+    key: [B, H, T_max, Dk]; value: [B, H, T_max, Dv] (head-major, the order a decoding
+    step reads them in); index: int32 scalar, the number of positions already written
+    (the position of the next token).
     """
 
     key: jnp.ndarray
@@ -30,23 +31,25 @@ class KVCache(NamedTuple):
     ) -> KVCache:
         """An empty cache for `max_length` positions."""
         return cls(
-            key=jnp.zeros((batch, max_length, num_heads, key_dim), dtype),
-            value=jnp.zeros((batch, max_length, num_heads, value_dim), dtype),
+            key=jnp.zeros((batch, num_heads, max_length, key_dim), dtype),
+            value=jnp.zeros((batch, num_heads, max_length, value_dim), dtype),
             index=jnp.zeros((), jnp.int32),
         )
 
     def append(self, key: jnp.ndarray, value: jnp.ndarray) -> KVCache:
-        """Write one step. key: [B, 1, H, Dk]; value: [B, 1, H, Dv]."""
-        start = (0, self.index, 0, 0)
+        """Write one step. key: [B, 1, H, Dk]; value: [B, 1, H, Dv] (token-major, as projected)."""
+        start = (0, 0, self.index, 0)
+        key = jnp.swapaxes(key, 1, 2).astype(self.key.dtype)
+        value = jnp.swapaxes(value, 1, 2).astype(self.value.dtype)
         return KVCache(
-            key=jax.lax.dynamic_update_slice(self.key, key.astype(self.key.dtype), start),
-            value=jax.lax.dynamic_update_slice(self.value, value.astype(self.value.dtype), start),
+            key=jax.lax.dynamic_update_slice(self.key, key, start),
+            value=jax.lax.dynamic_update_slice(self.value, value, start),
             index=self.index + 1,
         )
 
     def valid_mask(self) -> jnp.ndarray:
         """Keys written so far (including the current step): bool [1, 1, 1, T_max]."""
-        return (jnp.arange(self.key.shape[1]) < self.index)[None, None, None, :]
+        return (jnp.arange(self.key.shape[2]) < self.index)[None, None, None, :]
 
 
 class CrossKV(NamedTuple):

@@ -31,15 +31,41 @@ def attention_weights(
       float32 [B, H, Tq, Tk]. Masked keys get exactly 0; each row over its
       unmasked keys sums to 1; a row with no unmasked key is all zeros.
     """
-    scale = 1.0 / jnp.sqrt(jnp.float32(query.shape[-1]))
     logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32)
-    logits = logits * scale
+    return _masked_softmax(logits / jnp.sqrt(jnp.float32(query.shape[-1])), mask)
+
+
+def _masked_softmax(logits: jnp.ndarray, mask: jnp.ndarray | None) -> jnp.ndarray:
+    """float32 softmax over the last axis with masked entries exactly 0 (zero rows stay 0)."""
     if mask is None:
         return jax.nn.softmax(logits, axis=-1)
-    logits = jnp.where(mask, logits, _MASKED_LOGIT)
-    weights = jax.nn.softmax(logits, axis=-1)
+    weights = jax.nn.softmax(jnp.where(mask, logits, _MASKED_LOGIT), axis=-1)
     # A fully masked row would otherwise be uniform over masked keys.
     return jnp.where(mask, weights, 0.0)
+
+
+def cached_attention(
+    query: jnp.ndarray,
+    key_cache: jnp.ndarray,
+    value_cache: jnp.ndarray,
+    mask: jnp.ndarray,
+) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Attention of a few new queries over a head-major KV cache (incremental decoding).
+
+    The cache is stored [B, H, T, D] so that each decoding step reads it as it lies;
+    with the [B, T, H, D] layout of `dot_product_attention` every step would first copy
+    the whole cache into that order.
+
+    Args:
+      query: [B, Tq, H, Dk]; key_cache: [B, H, T, Dk]; value_cache: [B, H, T, Dv];
+      mask: bool broadcastable to [B, H, Tq, T].
+    Returns:
+      (output [B, Tq, H, Dv], weights float32 [B, H, Tq, T]).
+    """
+    logits = jnp.einsum("bqhd,bhkd->bhqk", query, key_cache, preferred_element_type=jnp.float32)
+    weights = _masked_softmax(logits / jnp.sqrt(jnp.float32(query.shape[-1])), mask)
+    out = jnp.einsum("bhqk,bhkd->bqhd", weights.astype(value_cache.dtype), value_cache)
+    return out, weights
 
 
 def _dropout(weights: jnp.ndarray, rate: float, rng: jax.Array) -> jnp.ndarray:

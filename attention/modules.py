@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention.cache import CrossKV, KVCache
-from attention.core import dot_product_attention
+from attention.core import cached_attention, dot_product_attention
 from attention.masks import causal_mask, combine_masks, key_padding_mask
 
 
@@ -173,10 +173,9 @@ class CausalSelfAttention(MultiHeadAttention):
         x: jnp.ndarray,
         cache: KVCache,
         *,
-        dropout_rng: jax.Array | None = None,
         return_weights: bool = False,
     ) -> tuple[jnp.ndarray, KVCache, jnp.ndarray | None]:
-        """Decode one token at position `cache.index`.
+        """Decode one token at position `cache.index` (no dropout: decoding is inference).
 
         Args:
           x: [B, 1, D], the new token's input.
@@ -187,11 +186,11 @@ class CausalSelfAttention(MultiHeadAttention):
         """
         key, value = self.project_kv(x)
         cache = cache.append(key, value)
-        out, weights = self.attend(
-            self.project_query(x), cache.key, cache.value, cache.valid_mask(),
-            dropout_rng, return_weights,
+        mixed, weights = cached_attention(
+            self.project_query(x), cache.key, cache.value, cache.valid_mask()
         )
-        return out, cache, weights
+        out = self.out(mixed.reshape(*mixed.shape[:2], self.num_heads * self.value_dim))
+        return out, cache, (weights if return_weights else None)
 
 
 class CrossAttention(MultiHeadAttention):

@@ -125,7 +125,7 @@ def _check_max_length(max_length) -> int:
 
 def _decoder_dims(state: DecodeState) -> tuple[int, int]:
     """(number of decoder layers, number of heads) from the decode state."""
-    return len(state.caches), state.caches[0].key.shape[2]
+    return len(state.caches), state.caches[0].key.shape[1]
 
 
 def greedy_search(model, src, *, max_length: int, return_weights: bool = False) -> SearchOutput:

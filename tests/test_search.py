@@ -139,11 +139,11 @@ class PrefixModel:
         fed = tokens.astype(jnp.float32)[:, None, None, None]
         cache = cache.append(contribution, fed)
         seen = cache.valid_mask()[0, 0, 0]  # [T_max]
-        written = jnp.where(seen[None, :, None, None], cache.key, 0.0)
+        written = jnp.where(seen[None, None, :, None], cache.key, 0.0)  # key [B, H, T, D]
         logits = self.a[pos] + written.sum((1, 2)) + cross.key[:, 0, 0]
         weights = None
         if return_weights:
-            fed_j = cache.value[:, :, 0, 0].astype(jnp.int32)  # [B, T_max]
+            fed_j = cache.value[:, 0, :, 0].astype(jnp.int32)  # [B, T_max]
             self_w = jax.nn.softmax(jnp.where(seen, self.g[tokens[:, None], fed_j], -jnp.inf))
             src_ids = cross.value[:, :, 0, 0].astype(jnp.int32)  # [B, S]
             cross_w = jax.nn.softmax(jnp.where(cross.valid, self.h[tokens[:, None], src_ids],
