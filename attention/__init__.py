@@ -1,17 +1,25 @@
-"""attnmt attention library: masks, scaled dot-product core, multi-head modules, KV caches."""
+"""attnmt attention library: masks, scaled dot-product core, multi-head modules, KV caches.
 
-from attention.cache import CrossKV, KVCache, reorder_batch
-from attention.core import attention_weights, dot_product_attention
-from attention.masks import causal_mask, combine_masks, key_padding_mask, padding_mask
-from attention.modules import (
-    CausalSelfAttention,
-    CrossAttention,
-    MultiHeadAttention,
-    SelfAttention,
-)
+Exports are imported lazily, so the map-file tools (`python -m attention.inspect`)
+start without loading JAX and Flax.
+"""
 
-__all__ = [
-    "CausalSelfAttention", "CrossAttention", "CrossKV", "KVCache", "MultiHeadAttention",
-    "SelfAttention", "attention_weights", "causal_mask", "combine_masks",
-    "dot_product_attention", "key_padding_mask", "padding_mask", "reorder_batch",
-]
+import importlib
+
+_EXPORTS = {
+    "CrossKV": "attention.cache", "KVCache": "attention.cache", "reorder_batch": "attention.cache",
+    "attention_weights": "attention.core", "cached_attention": "attention.core",
+    "dot_product_attention": "attention.core",
+    "causal_mask": "attention.masks", "combine_masks": "attention.masks",
+    "key_padding_mask": "attention.masks", "padding_mask": "attention.masks",
+    "CausalSelfAttention": "attention.modules", "CrossAttention": "attention.modules",
+    "MultiHeadAttention": "attention.modules", "SelfAttention": "attention.modules",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'attention' has no attribute {name!r}")
