@@ -1,0 +1,513 @@
+"""Training throughput and model-FLOPs utilisation (MFU) of the real train step.
+
+    python bench/train_throughput.py --size tiny|base [--steps 20] [--warmup 3]
+        [--batch_tokens 4096] [--synthetic] [--vocab_size 8000] [--dtype float32]
+        [--json OUT]
+
+The model, optimizer and step come from `models.training` (build_model, build_optimizer,
+init_train_state, make_train_step, make_mesh, replicate, shard_batch): the same jitted
+full step train.py runs (forward, backward, AdamW update, non-finite guard), with the
+same `shard_batch` call per step. Model sizes:
+
+    tiny  d_model 128, 4+4 layers, 4 heads, d_ff 256   (configs/multi30k_de_en.py)
+    base  d_model 512, 6+6 layers, 8 heads, d_ff 2048  (Vaswani et al. 2017 "base")
+
+Everything else (dropout 0.2, label smoothing, pre-LN, tied embeddings, AdamW, clipping)
+is configs/multi30k_de_en.py; `--dtype bfloat16` sets model.dtype (parameters stay f32).
+
+Batches (host numpy, built before timing; `num_tokens` not used):
+  * default: the project's own pipeline on Multi30k de->en: a SentencePiece model of
+    `--vocab_size` trained once into `--cache_dir` (`data.tokenizer.load_or_train_tokenizer`),
+    `encode_for_training`, then `TrainBatcher` with its length buckets (epoch 0 order);
+  * `--synthetic`: the standard comparison batches (`synthetic_batches`): source and
+    target lengths each round(N(16, 6)) clipped to [4, 40], ids uniform in [4, vocab),
+    pairs added to a batch while n_sentences * max(longest source, longest target)
+    <= batch_tokens, each side padded to its own batch maximum (no bucketing),
+    numpy default_rng(0). Without buckets almost every batch has a new shape, so
+    almost every batch compiles once (reported in `distinct_shapes` / `compile_s`).
+
+Timing:
+  1. first call per distinct batch shape (over the warm-up and measured batches),
+     each synced with `jax.block_until_ready`: `first_call_s` per shape;
+  2. `--warmup` steps, synced once at the end;
+  3. `--steps` measured steps with `jax.block_until_ready` only after the last one:
+     `step_time_s` = elapsed / steps.
+  `compile_s` = sum over distinct shapes of (first-call time - step_time_s);
+  `compile_s_jax_events` = JAX's own compile-time events during phase 1 (tracing,
+  lowering, XLA compilation). `compilations_after_warmup` counts the train step's jit
+  cache entries added in phases 2-3 (0 means no recompilation).
+  No persistent compilation cache is enabled here (unless JAX_COMPILATION_CACHE_DIR is
+  set in the environment: then `compilation_cache` names it and compile_s is load time).
+
+FLOP formula (model FLOPs of one training step, forward + backward = 3 x forward,
+counted on non-pad tokens only, so padding earns no credit):
+
+    F_step = 6 * (P_src * N_src + P_tgt * N_tgt)
+           + 12 * d_model * sum_i [ L_enc * S_i^2 + L_dec * (T_i^2 + T_i * S_i) ]
+
+  P_src   matmul parameters applied to source tokens: every Linear kernel of the
+          encoder, plus the key and value kernels of every decoder cross-attention
+          (they project the encoder output);
+  P_tgt   matmul parameters applied to target tokens: every other decoder Linear
+          kernel (self-attention Q/K/V/O, cross-attention Q/O, feed-forward) plus the
+          tied output projection (vocab x d_model); the embedding lookup is a gather,
+          not a matmul, and is not counted; matmul_params = P_src + P_tgt;
+  N_src, N_tgt  non-pad source / target (tgt_out: tokens + eos) tokens of the step;
+  S_i, T_i      non-pad source / target length of pair i (sums run over the pairs);
+  attention     per attention layer and query token, Q K^T and A V cost 2 * 2 * T_k *
+          d_model FLOPs forward (T_k = keys attended: S_i for encoder self- and decoder
+          cross-attention, T_i for decoder self-attention, full T_i^2 without halving
+          for the causal mask); x 3 for forward + backward = 12 * d_model * T_k.
+  Biases, layer norms, softmax, dropout, the loss and the optimizer are not counted.
+  When every N_src = N_tgt = N this is 6 * matmul_params * N + the attention terms.
+  `xla_flops_check` compares the formula on padded lengths with XLA's HLO cost analysis
+  of the lowered step for the first measured batch (the ratio is slightly above 1: XLA
+  also counts element-wise work).
+
+  mfu        = sum of F_step over the measured steps / their wall time / peak, with
+               peak = the measured matmul peak (bench/matmul_peak.py, this run) of the
+               compute dtype (float32 unless --dtype bfloat16);
+  mfu_padded = the same formula on padded lengths (every row S_i = S, T_i = T: the
+               work the hardware actually does), so mfu / mfu_padded = padding cost.
+
+Memory: `peak_rss_mb` = ru_maxrss of this process after training (before the matmul
+peak is measured); `device_peak_mb` = the device allocator's peak where it reports one
+(GPU), else null.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.matmul_peak import DEFAULT_SIZES, device_info, measure_peaks, parse_sizes  # noqa: E402
+
+BOS_ID, PAD_ID = 2, 0
+SIZES = {
+    "tiny": {"d_model": 128, "num_encoder_layers": 4, "num_decoder_layers": 4, "num_heads": 4,
+             "d_ff": 256},
+    "base": {"d_model": 512, "num_encoder_layers": 6, "num_decoder_layers": 6, "num_heads": 8,
+             "d_ff": 2048},
+}
+FLOP_FORMULA = ("F_step = 6 * (P_src * N_src + P_tgt * N_tgt) + 12 * d_model * sum_i "
+                "[L_enc * S_i^2 + L_dec * (T_i^2 + T_i * S_i)]; P_src = encoder Linear kernels "
+                "+ decoder cross-attention key/value kernels, P_tgt = other decoder Linear "
+                "kernels + tied output projection (vocab x d_model); N, S_i, T_i non-pad")
+SYNTHETIC_MEAN, SYNTHETIC_STD, SYNTHETIC_MIN, SYNTHETIC_MAX = 16, 6, 4, 40
+FIRST_ID = 4  # ids below are pad, unk, bos, eos
+
+Batch = dict[str, np.ndarray]
+
+
+# ----------------------------------------------------------------------------- FLOPs
+
+
+@dataclass(frozen=True)
+class FlopCounter:
+    """The model's matmul parameters split by the tokens they multiply (see docstring)."""
+
+    src_params: int
+    tgt_params: int
+    d_model: int
+    encoder_layers: int
+    decoder_layers: int
+
+    @property
+    def matmul_params(self) -> int:
+        return self.src_params + self.tgt_params
+
+    def train_flops(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> float:
+        """F_step of the module docstring for pairs of these source/target lengths."""
+        s = np.asarray(src_lengths, np.float64)
+        t = np.asarray(tgt_lengths, np.float64)
+        dense = 6.0 * (self.src_params * s.sum() + self.tgt_params * t.sum())
+        attention = 12.0 * self.d_model * np.sum(
+            self.encoder_layers * s**2 + self.decoder_layers * (t**2 + t * s))
+        return float(dense + attention)
+
+    def batch_flops(self, batch: Batch) -> tuple[float, float]:
+        """(F_step on non-pad lengths, F_step on padded lengths) of one batch."""
+        src, tgt = batch["src"], batch["tgt_out"]
+        real = self.train_flops(np.count_nonzero(src != PAD_ID, axis=1),
+                                np.count_nonzero(tgt != PAD_ID, axis=1))
+        rows = src.shape[0]
+        padded = self.train_flops(np.full(rows, src.shape[1]), np.full(rows, tgt.shape[1]))
+        return real, padded
+
+
+def count_matmul_params(model) -> FlopCounter:
+    """Splits the Linear kernels of a `models.transformer.Transformer` into P_src / P_tgt
+    and adds the tied output projection (the target embedding table) to P_tgt."""
+    from flax import nnx
+
+    src = tgt = 0
+    for path, value in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        names = [str(p) for p in path]
+        if names[-1] != "kernel":
+            continue
+        size = int(np.prod(value.shape))
+        if names[0] == "encoder_layers" or (
+                "cross_attention" in names and names[-2] in ("key", "value")):
+            src += size
+        elif names[0] == "decoder_layers":
+            tgt += size
+        else:
+            raise ValueError(f"unexpected Linear kernel {'.'.join(names)}")
+    tgt += int(np.prod(model.target_embed.tokens.embedding.shape))
+    return FlopCounter(src, tgt, model.target_embed.d_model, len(model.encoder_layers),
+                       len(model.decoder_layers))
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def synthetic_lengths(rng: np.random.Generator, size: int) -> np.ndarray:
+    """round(N(16, 6)) clipped to [4, 40]."""
+    lengths = np.rint(rng.normal(SYNTHETIC_MEAN, SYNTHETIC_STD, size))
+    return np.clip(lengths, SYNTHETIC_MIN, SYNTHETIC_MAX).astype(np.int64)
+
+
+def synthetic_batches(num_batches: int, batch_tokens: int, vocab_size: int = 8000,
+                      seed: int = 0, batch_multiple: int = 1) -> list[Batch]:
+    """The standard comparison batches (module docstring), deterministic for a seed.
+
+    Pairs are drawn one at a time (source length, target length, source ids, target
+    ids) and added to the open batch while (n + 1) * max(longest source, longest
+    target) <= batch_tokens; otherwise the batch is closed and the pair opens the next.
+    Row r of a batch: src = the source ids; tgt_out = the target ids; tgt_in = [bos] +
+    the target ids but the last (the decoder input), so both target arrays hold T_r
+    non-pad tokens. Each side is padded with 0 to its own batch maximum; with
+    `batch_multiple` > 1 all-pad rows are appended up to a multiple (data parallelism).
+    """
+    if batch_tokens < SYNTHETIC_MAX:
+        raise ValueError(f"batch_tokens={batch_tokens} cannot hold a {SYNTHETIC_MAX}-token pair")
+    if vocab_size <= FIRST_ID:
+        raise ValueError(f"vocab_size must exceed {FIRST_ID}, got {vocab_size}")
+    rng = np.random.default_rng(seed)
+
+    def draw() -> tuple[np.ndarray, np.ndarray]:
+        src_len, tgt_len = synthetic_lengths(rng, 2)
+        return rng.integers(FIRST_ID, vocab_size, src_len), rng.integers(FIRST_ID, vocab_size, tgt_len)
+
+    batches, pending = [], draw()
+    while len(batches) < num_batches:
+        pairs = [pending]
+        longest = max(len(pending[0]), len(pending[1]))
+        pending = draw()
+        while (len(pairs) + 1) * max(longest, len(pending[0]), len(pending[1])) <= batch_tokens:
+            pairs.append(pending)
+            longest = max(longest, len(pending[0]), len(pending[1]))
+            pending = draw()
+        batches.append(pad_pairs(pairs, batch_multiple))
+    return batches
+
+
+def pad_pairs(pairs: Sequence[tuple[np.ndarray, np.ndarray]], batch_multiple: int = 1) -> Batch:
+    """src / tgt_in / tgt_out int32 arrays of (source ids, target ids) pairs."""
+    rows = -(-len(pairs) // batch_multiple) * batch_multiple
+    src_len = max(len(s) for s, _ in pairs)
+    tgt_len = max(len(t) for _, t in pairs)
+    src = np.zeros((rows, src_len), np.int32)
+    tgt_in = np.zeros((rows, tgt_len), np.int32)
+    tgt_out = np.zeros((rows, tgt_len), np.int32)
+    for r, (s, t) in enumerate(pairs):
+        src[r, :len(s)] = s
+        tgt_out[r, :len(t)] = t
+        tgt_in[r, 0] = BOS_ID
+        tgt_in[r, 1:len(t)] = t[:-1]
+    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
+
+
+def multi30k_batches(cfg, num_batches: int, cache_dir: Path, batch_multiple: int
+                     ) -> tuple[list[Batch], int, int]:
+    """The first `num_batches` batches of epoch 0 of the training pipeline (train.py's).
+
+    Returns (batches, vocabulary size, number of bucket shapes the batcher can produce).
+    """
+    from data.batching import TrainBatcher
+    from data.corpora import load_corpus
+    from data.tokenizer import encode_for_training, load_or_train_tokenizer
+
+    sources, targets = load_corpus(cfg.data, "train")
+    name = f"tokenizer-{cfg.data.source_lang}-{cfg.data.target_lang}-v{cfg.data.vocab_size}"
+    tokenizer = load_or_train_tokenizer(cache_dir / name, cfg.data, sources, targets)
+    src_ids, tgt_ids, _ = encode_for_training(tokenizer, sources, targets, cfg.data.max_length,
+                                              cfg.data.long_pairs)
+    batcher = TrainBatcher(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.data.max_length,
+                           bucket_step=cfg.data.bucket_step, batch_multiple=batch_multiple,
+                           seed=cfg.train.seed)
+    batches = []
+    for _, _, batch in batcher.iterate():
+        batch.pop("num_tokens")
+        batches.append(batch)
+        if len(batches) == num_batches:
+            break
+    return batches, tokenizer.target_vocab_size, len(batcher.shapes())
+
+
+# ------------------------------------------------------------------------------ run
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size in MiB (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+
+
+def device_peak_mb() -> float | None:
+    """The first device allocator's peak bytes in use, in MiB (None where not reported)."""
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    peak = stats.get("peak_bytes_in_use")
+    return None if peak is None else peak / (1024 * 1024)
+
+
+def xla_flops_check(train_step, state, batch: Batch, counter: FlopCounter, mesh) -> dict | None:
+    """XLA's FLOP count of the train step for one batch shape (HLO cost analysis of the
+    lowered program, no compilation) next to the formula on the same padded shape."""
+    from models.training import shard_batch
+
+    try:
+        cost = train_step.lower(state, shard_batch(batch, mesh)).cost_analysis()
+        cost = cost[0] if isinstance(cost, list | tuple) else cost
+        xla = float(cost["flops"])
+    except Exception as err:  # noqa: BLE001 - a diagnostic, never fatal
+        print(f"train_throughput: no XLA cost analysis ({type(err).__name__}: {err})",
+              file=sys.stderr)
+        return None
+    padded = counter.batch_flops(batch)[1]
+    return {"shape": "x".join(map(str, shape_of(batch))), "xla_flops": xla,
+            "formula_padded_flops": padded, "ratio": xla / padded}
+
+
+def make_config(args: argparse.Namespace):
+    """configs/multi30k_de_en.py with the model size, vocabulary, budget and dtype set."""
+    from configs import multi30k_de_en
+
+    cfg = multi30k_de_en.get_config()
+    for key, value in SIZES[args.size].items():
+        cfg.model[key] = value
+    for key in ("d_model", "num_heads", "d_ff"):
+        if getattr(args, key) is not None:
+            cfg.model[key] = getattr(args, key)
+    if args.layers is not None:
+        cfg.model.num_encoder_layers = cfg.model.num_decoder_layers = args.layers
+    cfg.model.dtype = args.dtype
+    cfg.data.vocab_size = args.vocab_size
+    cfg.train.batch_tokens = args.batch_tokens
+    return cfg
+
+
+def shape_of(batch: Batch) -> tuple[int, ...]:
+    return (*batch["src"].shape, batch["tgt_out"].shape[1])
+
+
+def run(args: argparse.Namespace) -> dict:
+    """The whole benchmark; returns the JSON result."""
+    import jax
+    from flax import nnx
+
+    from data.batching import padding_fraction
+    from evaluate import CompileTimer
+    from models.training import (
+        build_model,
+        build_optimizer,
+        init_train_state,
+        make_mesh,
+        make_train_step,
+        replicate,
+        shard_batch,
+    )
+
+    cfg = make_config(args)
+    mesh = make_mesh()
+    total = args.warmup + args.steps
+    possible_shapes = None
+    if args.synthetic:
+        batches = synthetic_batches(total, args.batch_tokens, args.vocab_size,
+                                    batch_multiple=mesh.size)
+        vocab = args.vocab_size
+    else:
+        batches, vocab, possible_shapes = multi30k_batches(cfg, total, args.cache_dir, mesh.size)
+    warm, measured = batches[:args.warmup], batches[args.warmup:]
+
+    model = build_model(cfg, vocab, vocab, cfg.train.seed)
+    counter = count_matmul_params(model)
+    params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    optimizer = build_optimizer(cfg.train)
+    state = replicate(init_train_state(model, optimizer), mesh)
+    train_step = make_train_step(nnx.graphdef(model), optimizer, cfg.train)
+
+    # 1. First call per distinct shape (compilation), each synced.
+    first_call: dict[tuple[int, ...], float] = {}
+    with CompileTimer() as compile_timer:
+        for batch in batches:
+            shape = shape_of(batch)
+            if shape in first_call:
+                continue
+            start = time.perf_counter()
+            state, metrics = train_step(state, shard_batch(batch, mesh))
+            jax.block_until_ready((state, metrics))
+            first_call[shape] = time.perf_counter() - start
+    compiled = train_step._cache_size()
+
+    # 2. Warm-up, synced once.
+    for batch in warm:
+        state, metrics = train_step(state, shard_batch(batch, mesh))
+    jax.block_until_ready(state)
+
+    # 3. Measured steps, synced once at the end.
+    start = time.perf_counter()
+    for batch in measured:
+        state, metrics = train_step(state, shard_batch(batch, mesh))
+    jax.block_until_ready((state, metrics))
+    elapsed = time.perf_counter() - start
+    recompiled = train_step._cache_size() - compiled
+    rss_mb, dev_mb = peak_rss_mb(), device_peak_mb()
+    nonfinite_step = int(state["nonfinite_step"])
+    flops_check = xla_flops_check(train_step, state, measured[0], counter, mesh)
+
+    peaks = measure_peaks(args.peak_sizes, args.peak_repeats)
+    peak = peaks.get(args.dtype)
+
+    step_time = elapsed / len(measured)
+    flops = [counter.batch_flops(b) for b in measured]
+    model_flops = sum(f for f, _ in flops)
+    padded_flops = sum(f for _, f in flops)
+    tgt_tokens = sum(int(np.count_nonzero(b["tgt_out"])) for b in measured)
+    src_tokens = sum(int(np.count_nonzero(b["src"])) for b in measured)
+    model_gflops_per_sec = model_flops / elapsed / 1e9
+    return {
+        "size": args.size,
+        "synthetic": args.synthetic,
+        "model": {k: cfg.model[k] for k in ("d_model", "num_encoder_layers",
+                                            "num_decoder_layers", "num_heads", "d_ff",
+                                            "dropout", "dtype", "share_embeddings")},
+        "vocab_size": vocab,
+        "batch_tokens": args.batch_tokens,
+        "steps": len(measured),
+        "warmup": args.warmup,
+        "tokens_per_sec": tgt_tokens / elapsed,
+        "src_tgt_tokens_per_sec": (src_tokens + tgt_tokens) / elapsed,
+        "sentences_per_sec": sum(int(b["src"].any(axis=1).sum()) for b in measured) / elapsed,
+        "step_time_s": step_time,
+        "mean_tgt_tokens_per_step": tgt_tokens / len(measured),
+        "mean_src_tokens_per_step": src_tokens / len(measured),
+        "mean_model_gflops_per_step": model_flops / len(measured) / 1e9,
+        "model_gflops_per_sec": model_gflops_per_sec,
+        "padded_gflops_per_sec": padded_flops / elapsed / 1e9,
+        "peak_gflops": peak,
+        "peak_dtype": args.dtype,
+        "peak_gflops_f32": peaks.get("float32"),
+        "peak_gflops_bf16": peaks.get("bfloat16"),
+        "peak_sizes": list(args.peak_sizes),
+        "mfu": model_gflops_per_sec / peak if peak else None,
+        "mfu_padded": padded_flops / elapsed / 1e9 / peak if peak else None,
+        "compile_s": sum(max(0.0, t - step_time) for t in first_call.values()),
+        "compile_s_jax_events": compile_timer.seconds,
+        "first_call_s": {"x".join(map(str, k)): v for k, v in first_call.items()},
+        "distinct_shapes": len(first_call),
+        "possible_bucket_shapes": possible_shapes,
+        "compilations_after_warmup": recompiled,
+        "padding_fraction": padding_fraction(measured),
+        "params": int(params),
+        "matmul_params": counter.matmul_params,
+        "matmul_params_src": counter.src_params,
+        "matmul_params_tgt": counter.tgt_params,
+        "flop_formula": FLOP_FORMULA,
+        "xla_flops_check": flops_check,
+        "nonfinite_step": nonfinite_step,
+        "peak_rss_mb": rss_mb,
+        "device_peak_mb": dev_mb,
+        "compilation_cache": jax.config.jax_compilation_cache_dir,
+        **device_info(),
+    }
+
+
+def print_table(result: dict) -> None:
+    """The headline figures as an aligned two-column table."""
+    def fmt(value, spec: str = ".4g") -> str:
+        return "n/a" if value is None else format(value, spec)
+
+    rows = [
+        ("model", f"{result['size']} ({result['model']['d_model']}d, "
+                  f"{result['model']['num_encoder_layers']}+{result['model']['num_decoder_layers']}"
+                  f" layers, {result['model']['dtype']})"),
+        ("batches", "synthetic" if result["synthetic"] else "Multi30k de-en (TrainBatcher)"),
+        ("device", f"{result['device']} x{result['device_count']}"),
+        ("params / matmul params", f"{result['params']:,} / {result['matmul_params']:,}"),
+        ("target tokens/s (non-pad)", fmt(result["tokens_per_sec"], ",.0f")),
+        ("src+tgt tokens/s (non-pad)", fmt(result["src_tgt_tokens_per_sec"], ",.0f")),
+        ("step time", f"{fmt(result['step_time_s'] * 1e3, '.1f')} ms"),
+        ("padding fraction", fmt(result["padding_fraction"], ".3f")),
+        ("model GFLOP/s", fmt(result["model_gflops_per_sec"], ".1f")),
+        (f"matmul peak {result['peak_dtype']} GFLOP/s", fmt(result["peak_gflops"], ".1f")),
+        ("MFU (non-pad / padded)", f"{fmt(result['mfu'], '.1%')} / "
+                                   f"{fmt(result['mfu_padded'], '.1%')}"),
+        ("compile (first calls - step)", f"{fmt(result['compile_s'], '.1f')} s over "
+                                         f"{result['distinct_shapes']} shapes"),
+        ("compile (JAX events)", f"{fmt(result['compile_s_jax_events'], '.1f')} s"),
+        ("compilations after warm-up", str(result["compilations_after_warmup"])),
+        ("peak RSS", f"{fmt(result['peak_rss_mb'], '.0f')} MiB"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), required=True)
+    parser.add_argument("--steps", type=int, default=20, help="measured steps [20]")
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="steps after the first calls, before measuring [3]")
+    parser.add_argument("--batch_tokens", type=int, default=4096, help="[4096]")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="standard comparison batches instead of Multi30k")
+    parser.add_argument("--vocab_size", type=int, default=8000, help="[8000]")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="model compute dtype; MFU is against this dtype's peak [float32]")
+    parser.add_argument("--d_model", type=int, help="override the size's d_model")
+    parser.add_argument("--num_heads", type=int, help="override the size's heads")
+    parser.add_argument("--d_ff", type=int, help="override the size's d_ff")
+    parser.add_argument("--layers", type=int, help="override encoder and decoder layers")
+    parser.add_argument("--peak_sizes", type=parse_sizes, default=DEFAULT_SIZES,
+                        help="matmul sizes for the peak [1024,2048,4096]")
+    parser.add_argument("--peak_repeats", type=int, default=5, help="[5]")
+    parser.add_argument("--cache_dir", type=Path,
+                        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+                        / "attnmt" / "bench",
+                        help="where the Multi30k tokenizer is trained once [~/.cache/attnmt/bench]")
+    parser.add_argument("--json", type=Path, help="write the result as JSON here")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        parser.error("--steps must be >= 1 and --warmup >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    result = run(args)
+    print_table(result)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

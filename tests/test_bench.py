@@ -1,0 +1,109 @@
+"""Smoke checks of bench/ (issue 6): the scripts run and write their keys, and the
+synthetic comparison batches follow their rules. No timing is asserted anywhere.
+
+That the train step does not recompile after warm-up is asserted by counting jit cache
+entries in tests/test_train.py::test_train_step_compiles_once_per_bucket_shape (and
+reported by the benchmark as `compilations_after_warmup`).
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+from conftest import REPO, run_script
+
+sys.path.insert(0, str(REPO))
+
+from bench.train_throughput import (  # noqa: E402
+    SYNTHETIC_MAX,
+    SYNTHETIC_MIN,
+    FlopCounter,
+    synthetic_batches,
+)
+
+TRAIN_KEYS = {
+    "tokens_per_sec", "src_tgt_tokens_per_sec", "step_time_s", "mfu", "mfu_padded",
+    "peak_gflops", "peak_gflops_f32", "model_gflops_per_sec", "compile_s",
+    "compile_s_jax_events", "compilations_after_warmup", "distinct_shapes",
+    "padding_fraction", "params", "matmul_params", "flop_formula", "size", "synthetic",
+    "device", "jax_version", "peak_rss_mb",
+}
+
+
+def test_train_throughput_smoke(tmp_path):
+    out = tmp_path / "train.json"
+    # A 1+1-layer d_model 32 model on 512-token batches: cheap. XLA's lowest backend
+    # optimisation level halves CPU compile time (one compilation per synthetic shape).
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+    result = run_script(
+        "bench/train_throughput.py", "--size", "tiny", "--synthetic", "--steps", "2",
+        "--warmup", "1", "--batch_tokens", "512", "--vocab_size", "500", "--layers", "1",
+        "--d_model", "32", "--d_ff", "64", "--num_heads", "2", "--peak_sizes", "64",
+        "--peak_repeats", "1", "--json", str(out), timeout=300, env={"XLA_FLAGS": flags})
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data.keys() >= TRAIN_KEYS
+    assert data["size"] == "tiny" and data["synthetic"] is True and data["steps"] == 2
+    assert data["compilations_after_warmup"] == 0
+    assert data["nonfinite_step"] == -1
+    assert 0.0 < data["padding_fraction"] < 1.0
+    assert data["tokens_per_sec"] > 0 and data["mfu"] > 0
+    assert data["params"] > data["matmul_params"] > 0
+    assert "MFU" in result.stdout
+
+
+def test_synthetic_batches_follow_the_rules():
+    budget, vocab = 1024, 300
+    batches = synthetic_batches(20, budget, vocab, seed=0)
+    assert len(batches) == 20
+    for batch in batches:
+        src, tgt_in, tgt_out = batch["src"], batch["tgt_in"], batch["tgt_out"]
+        src_len = np.count_nonzero(src, axis=1)
+        tgt_len = np.count_nonzero(tgt_out, axis=1)
+        assert src_len.min() >= SYNTHETIC_MIN and src_len.max() <= SYNTHETIC_MAX
+        assert tgt_len.min() >= SYNTHETIC_MIN and tgt_len.max() <= SYNTHETIC_MAX
+        # Each side padded to its own batch maximum; n x max(longest) within the budget.
+        assert src.shape[1] == src_len.max() and tgt_out.shape[1] == tgt_len.max()
+        assert len(src) * max(src.shape[1], tgt_out.shape[1]) <= budget
+        # Tokens are contiguous from position 0, ids uniform in [4, vocab).
+        for array, lengths in ((src, src_len), (tgt_out, tgt_len)):
+            positions = np.arange(array.shape[1])[None, :]
+            assert np.array_equal(array != 0, positions < lengths[:, None])
+            assert array[array != 0].min() >= 4 and array.max() < vocab
+        # Decoder input: bos, then the target shifted right by one.
+        assert (tgt_in[:, 0] == 2).all()
+        assert np.count_nonzero(tgt_in, axis=1).tolist() == tgt_len.tolist()
+        for row in range(len(src)):
+            n = tgt_len[row]
+            assert np.array_equal(tgt_in[row, 1:n], tgt_out[row, :n - 1])
+    # Greedy filling: adding the next batch's first pair would have broken the budget.
+    for batch, following in zip(batches, batches[1:], strict=False):
+        longest = max(batch["src"].shape[1], batch["tgt_out"].shape[1],
+                      np.count_nonzero(following["src"][0]),
+                      np.count_nonzero(following["tgt_out"][0]))
+        assert (len(batch["src"]) + 1) * longest > budget
+    # Fixed seed: reproducible; another seed differs.
+    again = synthetic_batches(20, budget, vocab, seed=0)
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(batches, again, strict=True)
+               for k in ("src", "tgt_in", "tgt_out"))
+    other = synthetic_batches(1, budget, vocab, seed=1)[0]
+    assert other["src"].shape != batches[0]["src"].shape or not np.array_equal(
+        other["src"], batches[0]["src"])
+
+
+def test_synthetic_batches_pad_rows_for_data_parallelism():
+    for batch in synthetic_batches(5, 512, 100, batch_multiple=4):
+        assert len(batch["src"]) % 4 == 0
+        assert np.count_nonzero(batch["src"].any(axis=1)) > len(batch["src"]) - 4
+
+
+def test_flop_formula_counts_attention_and_dense_terms():
+    counter = FlopCounter(src_params=10, tgt_params=20, d_model=4, encoder_layers=2,
+                          decoder_layers=3)
+    # 6 * (10 * 5 + 20 * 3) + 12 * 4 * (2 * 25 + 3 * (9 + 15))
+    assert counter.train_flops(np.array([5]), np.array([3])) == 6 * 110 + 48 * (50 + 72)
+    batch = {"src": np.array([[5, 6, 7, 0], [5, 0, 0, 0]]), "tgt_out": np.array([[4, 3], [4, 0]])}
+    real, padded = counter.batch_flops(batch)
+    assert real == counter.train_flops(np.array([3, 1]), np.array([2, 1]))
+    assert padded == counter.train_flops(np.array([4, 4]), np.array([2, 2]))
