@@ -7,11 +7,35 @@ Running the same command again resumes from the last checkpoint: step, parameter
 optimizer, data position and dropout keys continue exactly where they stopped.
 Writes `<workdir>/{config.json, tokenizer/, checkpoints/, metrics.jsonl,
 tensorboard/, attention/}` (SPEC §4.2).
+
+Reliability (SPEC §7):
+  * Killed at any moment (SIGKILL, power loss of the process), the same command
+    resumes from the last complete checkpoint and ends with the same parameters as an
+    uninterrupted run. Orbax renames a checkpoint into place only when it is complete;
+    leftover temporary directories are deleted when training restarts. On resume,
+    metrics.jsonl loses the events after the restored step (they are logged again, so
+    no step appears twice; rewritten atomically) and TensorBoard hides them
+    (`purge_step`). Attention maps of those steps are rewritten with identical content.
+  * SIGINT / SIGTERM: the current step finishes, a checkpoint is saved, and the run
+    exits with 130 / 143 and one line saying where it stopped.
+  * A non-finite loss or gradient never reaches the parameters (the jitted step skips
+    that update and records the step); the loop stops at its next log, eval or
+    checkpoint with an error naming the step, saving nothing, so the newest checkpoint
+    is the last good one.
+  * Resume guard: before anything is written, the config is compared with
+    `<workdir>/config.json`, and the training data and tokenizer with fingerprints
+    saved in the checkpoint. Keys in SAFE_ON_RESUME may change freely, LOCKED_ON_RESUME
+    keys (model shape, vocabulary, data) never, others with --allow_config_change.
+  * User errors (bad config, corpus, checkpoint, ...) are one `error: ...` line on
+    stderr, exit status 2, files untouched; --debug shows the traceback (and the
+    orbax log, which --verbosity=0 shows too).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging as std_logging
 import os
 import signal
 import sys
@@ -21,7 +45,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import sacrebleu
-from absl import flags
+from absl import flags, logging
 from flax import nnx
 from ml_collections import config_flags
 from tensorboardX import SummaryWriter
@@ -59,16 +83,30 @@ flags.DEFINE_list("allow_config_change", [], "Dotted config keys allowed to diff
 # Changing these on resume cannot make the checkpoint inconsistent.
 SAFE_ON_RESUME = ("train.num_steps", "train.log_every_steps", "train.patience", "train.max_minutes",
                   "eval.", "checkpoint.every_steps", "checkpoint.keep", "attention_maps.")
+# These define the parameter shapes, the vocabulary or the training data (and its batching):
+# a checkpoint cannot continue under other values, --allow_config_change or not ...
+LOCKED_ON_RESUME = ("data.", "model.")
+# ... except these, which only move files, name evaluation files or change computation.
+UNLOCKABLE = ("data.data_dir", "data.hf_cache_dir", "data.valid_source", "data.valid_target",
+              "data.test_source", "data.test_target", "model.dropout", "model.attention_dropout",
+              "model.attention_impl", "model.dtype")
 
 
 class MetricsLog:
-    """metrics.jsonl (SPEC §4.3) plus TensorBoard scalars/images; only process 0 writes."""
+    """metrics.jsonl (SPEC §4.3) plus TensorBoard scalars/images; only process 0 writes.
 
-    def __init__(self, workdir: Path):
+    Opened at `step` (the restored one, 0 when starting): events after it, left by a run
+    that was killed before its next checkpoint, are dropped from metrics.jsonl and hidden
+    from TensorBoard, since this run logs those steps again.
+    """
+
+    def __init__(self, workdir: Path, step: int):
         self.enabled = jax.process_index() == 0
         if self.enabled:
+            trim_metrics(workdir / "metrics.jsonl", step)
+            tb_dir = workdir / "tensorboard"
             self.jsonl = open(workdir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-            self.tb = SummaryWriter(str(workdir / "tensorboard"))
+            self.tb = SummaryWriter(str(tb_dir), purge_step=step + 1 if tb_dir.is_dir() else None)
 
     def write(self, step: int, split: str, **values) -> None:
         if not self.enabled:
@@ -90,16 +128,81 @@ class MetricsLog:
             self.tb.close()
 
 
+def trim_metrics(path: Path, step: int) -> None:
+    """Drop events after `step` and any line cut off by a kill; atomic, no-op if nothing to drop."""
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+    keep = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and isinstance(event.get("step"), int) and event["step"] <= step:
+            keep.append(line.rstrip("\n") + "\n")
+    if keep != lines:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text("".join(keep), encoding="utf-8")
+        os.replace(tmp, path)
+
+
 def check_resume_config(cfg, workdir: Path) -> None:
     """Refuse to resume under a config that changed the model, data or vocabulary."""
     saved = load_config_json(workdir)
     allowed = tuple(FLAGS.allow_config_change)
-    unsafe = [(k, old, new) for k, old, new in config_diff(saved, cfg)
-              if not k.startswith(SAFE_ON_RESUME) and k not in allowed]
+    diff = [(k, old, new) for k, old, new in config_diff(saved, cfg)
+            if not k.startswith(SAFE_ON_RESUME)]
+    locked = [d for d in diff if d[0].startswith(LOCKED_ON_RESUME) and d[0] not in UNLOCKABLE]
+    unsafe = [d for d in diff if d not in locked and d[0] not in allowed]
+
+    def fields(items):
+        return "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in items)
+
+    if locked:
+        raise UserError(f"config differs from the checkpointed run in {workdir} in fields that "
+                        f"fix the model shape, vocabulary or data ({fields(locked)}); they cannot "
+                        "change on resume: use a new --workdir")
     if unsafe:
-        fields = "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in unsafe)
-        raise UserError(f"config differs from the checkpointed run in {workdir} ({fields}); "
-                        "use a new --workdir or --allow_config_change=KEY,...")
+        raise UserError(f"config differs from the checkpointed run in {workdir} ({fields(unsafe)}); "
+                        "use a new --workdir, or --allow_config_change="
+                        f"{','.join(k for k, _, _ in unsafe)} to continue with the new values")
+
+
+def corpus_fingerprint(sources: list[str], targets: list[str]) -> str:
+    """SHA-256 of the training pairs as loaded (after filtering and max_train_sentences)."""
+    digest = hashlib.sha256()
+    for side in (sources, targets):
+        for line in side:
+            digest.update(line.encode("utf-8") + b"\n")
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def tokenizer_fingerprint(directory: Path) -> str:
+    """SHA-256 of the SentencePiece model file(s) in `directory`."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.model")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def check_resume_inputs(meta: dict, step: int, workdir: Path, data_digest: str) -> None:
+    """Refuse a checkpoint whose training data or tokenizer differ from what this run has
+    (the config can be unchanged while a file was edited or tokenizer/ replaced)."""
+    saved = meta.get("data_sha256")
+    if saved and saved != data_digest:
+        raise UserError(f"the training data differ from those checkpoint step {step} in {workdir} "
+                        "was trained on (same config, other file contents); use a new --workdir")
+    tokenizer_dir = workdir / "tokenizer"
+    if not (tokenizer_dir / "tokenizer.json").is_file():
+        raise UserError(f"{tokenizer_dir} is missing or incomplete; checkpoint step {step} needs "
+                        "the tokenizer it was trained with")
+    saved = meta.get("tokenizer_sha256")
+    if saved and saved != tokenizer_fingerprint(tokenizer_dir):
+        raise UserError(f"the tokenizer in {tokenizer_dir} is not the one checkpoint step {step} was "
+                        "trained with (its vocabulary files changed); put the original back or use "
+                        "a new --workdir")
 
 
 class StopRequest:
@@ -173,16 +276,20 @@ def train(cfg, workdir: Path) -> int:
     enable_compilation_cache()
     if "JAX_COORDINATOR_ADDRESS" in os.environ:  # multi-host launch
         jax.distributed.initialize()
-    workdir.mkdir(parents=True, exist_ok=True)
-    manager = ckpt.make_manager(workdir / "checkpoints", cfg.checkpoint.keep)
-    latest = manager.latest_step()
+    # Every check runs before anything is written; checkpoints are read through a
+    # read-only manager until the restore has succeeded.
+    checkpoint_dir = workdir / "checkpoints"
+    reader = ckpt.make_manager(checkpoint_dir, cfg.checkpoint.keep, read_only=True) \
+        if checkpoint_dir.is_dir() else None
+    latest = reader.latest_step() if reader is not None else None
     if latest is not None:
         check_resume_config(cfg, workdir)
-    if jax.process_index() == 0:
-        write_config_json(cfg, workdir)
 
     train_src, train_tgt = load_corpus(cfg.data, "train")
     valid = load_corpus(cfg.data, "valid")
+    data_digest = corpus_fingerprint(train_src, train_tgt)
+    if latest is not None:
+        check_resume_inputs(ckpt.restore_meta(reader, latest), latest, workdir, data_digest)
     tokenizer = load_or_train_tokenizer(workdir / "tokenizer", cfg.data, train_src, train_tgt)
     src_ids, tgt_ids, dropped = encode_for_training(tokenizer, train_src, train_tgt,
                                                     cfg.data.max_length, cfg.data.long_pairs)
@@ -199,9 +306,20 @@ def train(cfg, workdir: Path) -> int:
     meta = {"epoch": 0, "batch_index": 0, "best_bleu": -1.0, "best_step": -1, "bad_evals": 0,
             "train_seconds": 0.0}
     if latest is not None:
-        state, meta = ckpt.restore(manager, latest, ckpt.abstract_of(state))
+        state, meta = ckpt.restore(reader, latest, ckpt.abstract_of(state))
+    if reader is not None:
+        reader.close()
+    meta.update(data_sha256=data_digest,
+                tokenizer_sha256=tokenizer_fingerprint(workdir / "tokenizer"))
     step = int(state["step"])
-    log = MetricsLog(workdir)
+
+    # Inputs are good: from here on the workdir is written.
+    manager = ckpt.make_manager(checkpoint_dir, cfg.checkpoint.keep)  # drops half-written saves
+    if jax.process_index() == 0:
+        write_config_json(cfg, workdir)
+        for stale in (workdir / "attention").glob(".*.tmp*"):  # a map file cut off by a kill
+            stale.unlink(missing_ok=True)
+    log = MetricsLog(workdir, step)
     params_count = sum(x.size for x in jax.tree.leaves(state["params"]))
     print(f"attnmt: {len(src_ids)} training pairs ({dropped} too long, dropped), "
           f"{params_count / 1e6:.2f}M parameters, {jax.device_count()} device(s), "
@@ -225,9 +343,12 @@ def train(cfg, workdir: Path) -> int:
     def check_finite() -> None:
         bad = int(state["nonfinite_step"])
         if bad >= 0:
+            manager.wait_until_finished()
             good = manager.latest_step()
+            kept = f"last good checkpoint: step {good}" if good is not None else "no checkpoint yet"
             raise UserError(f"non-finite loss or gradient at step {bad + 1}; stopped without "
-                            f"saving; last good checkpoint: step {good}")
+                            f"saving ({kept}); lower train.learning_rate and resume with "
+                            "--allow_config_change=train.learning_rate, or use a new --workdir")
 
     try:
         while step < cfg.train.num_steps:
@@ -268,9 +389,6 @@ def train(cfg, workdir: Path) -> int:
                 check_finite()
                 save_checkpoint(bleu)
             if stop.signum:
-                manager.wait_until_finished()
-                name = "SIGINT" if stop.signum == signal.SIGINT else "SIGTERM"
-                print(f"{name}: saved step {step}; run the same command to resume", file=sys.stderr)
                 exit_code = 128 + stop.signum
                 break
             if patience_over or out_of_time:
@@ -281,12 +399,21 @@ def train(cfg, workdir: Path) -> int:
         manager.wait_until_finished()
         progress.close()
         log.close()
+    if exit_code:  # stopped by a signal; printed last, after the progress bar's final line
+        name = "SIGINT" if stop.signum == signal.SIGINT else "SIGTERM"
+        print(f"{name}: saved step {step} in {workdir}; run the same command to resume",
+              file=sys.stderr, flush=True)
     return exit_code
 
 
 def main(argv):
     if len(argv) > 1:
         raise UserError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if not FLAGS["verbosity"].present and not cli.debug_enabled():
+        # orbax logs hundreds of INFO lines per run through absl; keep stderr for the
+        # progress bar and one-line errors (--verbosity=0 or --debug show them).
+        logging.set_verbosity(logging.WARNING)
+        std_logging.getLogger("absl").setLevel(std_logging.CRITICAL)
     cfg = cli.resolve_config(_CONFIG)
     if not FLAGS.workdir:
         raise UserError("--workdir is required")

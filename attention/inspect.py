@@ -99,7 +99,10 @@ def run(args: argparse.Namespace) -> list[str]:
         raise UsageError(f"{align_only[0]} only applies with --align")
     path = Path(args.file)
     maps = load_maps(path)
-    validate_maps(maps)
+    try:
+        validate_maps(maps)
+    except MapFormatError as e:  # its message names the array, not the file
+        raise MapFormatError(f"{path}: {e}") from None
     name = path.name
     n_layers, n_heads = maps.num_layers(args.kind), maps.num_heads
     layer = _one(args.layer, n_layers, "--layer", f"{args.kind} has {n_layers} layers")

@@ -5,21 +5,33 @@ Each step directory holds two items:
   * "meta": JSON with the host-side loop state: data position (epoch, batch_index),
     best validation BLEU so far and its step, patience left, wall-clock time trained.
 
-Orbax writes each step into a temporary directory and renames it when complete, so
-a run killed mid-save never leaves a checkpoint that `latest_step()` would pick up.
+Orbax writes each step into a temporary directory (`<step>.orbax-checkpoint-tmp`) and
+renames it when complete, so a run killed mid-save never leaves a checkpoint that
+`latest_step()` would pick up; a writable manager deletes such leftovers when created.
 Preservation: the last `keep` steps plus the step with the best validation BLEU.
+
+Integrity: "meta" also holds `state_crc32`, a CRC-32 of every array of the saved state.
+TensorStore reads a damaged data file back without complaint when only bytes changed
+(not the length), so `restore` recomputes the CRC and refuses a checkpoint that does
+not match, as it refuses one that orbax cannot read. Nothing is ever deleted or
+repaired here: the error names the step directory and the step to fall back to.
 """
 
 from __future__ import annotations
 
+import sys
+import zlib
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as cm
 
 from configs.errors import UserError
+
+CHECKSUM_KEY = "state_crc32"
 
 
 def make_manager(directory: Path, keep: int, *, read_only: bool = False) -> ocp.CheckpointManager:
@@ -38,9 +50,29 @@ def make_manager(directory: Path, keep: int, *, read_only: bool = False) -> ocp.
                                  item_names=("state", "meta"))
 
 
+def state_checksum(state) -> int:
+    """CRC-32 over the dtype, shape and bytes of every array of `state`, in tree order.
+
+    Arrays are replicated (the train state is), so the first local copy is read: the
+    same value on every process.
+    """
+    crc = 0
+    for leaf in jax.tree.leaves(state):
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            leaf = leaf.addressable_data(0)
+        array = np.ascontiguousarray(np.asarray(leaf))
+        crc = zlib.crc32(f"{array.dtype.str}{array.shape};".encode(), crc)
+        crc = zlib.crc32(array.reshape(-1).view(np.uint8), crc)
+    return crc
+
+
 def save(manager: ocp.CheckpointManager, step: int, state: dict, meta: dict,
          bleu: float | None = None) -> None:
-    """Save asynchronously; `bleu` (validation BLEU at this step) ranks the best checkpoint."""
+    """Save asynchronously; `bleu` (validation BLEU at this step) ranks the best checkpoint.
+
+    The CRC of `state` is computed (synchronously) and stored in meta before the save.
+    """
+    meta = {**meta, CHECKSUM_KEY: state_checksum(state)}
     manager.save(
         step,
         args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
@@ -49,20 +81,66 @@ def save(manager: ocp.CheckpointManager, step: int, state: dict, meta: dict,
     )
 
 
+def _damaged(manager: ocp.CheckpointManager, step: int, problem: str) -> UserError:
+    """UserError naming the step directory and the older step a user could fall back to."""
+    older = [s for s in manager.all_steps() if s < step]
+    fallback = (f"move it away to use step {max(older)} instead" if older
+                else "move it away to start over")
+    return UserError(f"checkpoint step {step} ({Path(manager.directory) / str(step)}) {problem}; "
+                     f"{fallback} (nothing was deleted)")
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    text = text.splitlines()[0] if text else type(err).__name__
+    return text.split(" See full TensorStore details")[0][:200]
+
+
+def _ignore_abandoned_reads() -> None:
+    """When a restore fails, orbax closes its event loop while other TensorStore reads are
+    still running; their completion callbacks then raise "Event loop is closed", printed
+    as dozens of tracebacks. Only that exact, harmless error is dropped."""
+    previous = sys.unraisablehook
+    if getattr(previous, "_attnmt", False):
+        return
+
+    def hook(unraisable):
+        if not (isinstance(unraisable.exc_value, RuntimeError)
+                and str(unraisable.exc_value) == "Event loop is closed"):
+            previous(unraisable)
+
+    hook._attnmt = True
+    sys.unraisablehook = hook
+
+
+def restore_meta(manager: ocp.CheckpointManager, step: int) -> dict:
+    """The "meta" item of `step` alone (cheap: no arrays are read)."""
+    _ignore_abandoned_reads()
+    try:
+        restored = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+    except Exception as err:  # orbax raises many types for damaged files
+        raise _damaged(manager, step, f"cannot be read ({_first_line(err)})") from err
+    return dict(restored["meta"])
+
+
 def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict) -> tuple[dict, dict]:
     """Restore (state, meta) of `step` into the structure/shardings of `abstract_state`.
 
-    Raises UserError naming the step if the checkpoint is truncated or does not fit.
+    Raises UserError naming the step directory if the checkpoint is truncated, corrupted
+    (CRC mismatch) or does not fit `abstract_state`.
     """
+    _ignore_abandoned_reads()
     try:
         restored = manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
     except Exception as err:  # orbax raises many types for damaged files
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(
-            f"cannot restore checkpoint step {step} in {manager.directory}: {first_line[:300]}"
-        ) from err
-    return restored["state"], dict(restored["meta"])
+        raise _damaged(manager, step, f"cannot be restored ({_first_line(err)})") from err
+    state, meta = restored["state"], dict(restored["meta"])
+    expected = meta.pop(CHECKSUM_KEY, None)
+    if expected is not None and state_checksum(state) != expected:
+        raise _damaged(manager, step, "is corrupted: its arrays do not match the CRC-32 saved "
+                                      "with them")
+    return state, meta
 
 
 def abstract_of(tree):

@@ -1,0 +1,424 @@
+"""Reliability (SPEC §7): crash safety, signals, NaN guard, resume guard and bad input.
+
+Every fault here is real: a train.py subprocess is killed (SIGKILL) while an orbax save
+is in progress, inside validation and between steps, or stopped with SIGINT/SIGTERM,
+and restarted with the same command; the final parameters must equal those of the
+uninterrupted smoke run. Each bad input must give exactly one `error: ...` line on
+stderr, a non-zero exit and leave every existing file byte-for-byte unchanged.
+"""
+
+import gzip
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, run_script
+from test_train import final_params, flat
+
+from attention.mapfile import ARRAY_NAMES
+
+SMOKE = ("--config", "configs/smoke.py")
+TIMEOUT = 300  # seconds, for any one wait on a subprocess
+TMP_MARK = ".orbax-checkpoint-tmp"
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under `root` (relative path -> content)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def assert_one_line_error(result, code: int, *fragments: str) -> str:
+    """Exactly one stderr line, `error: ...` containing every fragment; returns it."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == code, result.stderr[-3000:]
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith("error: ") and "Traceback" not in result.stderr, lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def train(*args: str, timeout: float = 180):
+    return run_script("train.py", *SMOKE, *args, timeout=timeout)
+
+
+def saved_steps(workdir: Path) -> list[int]:
+    folder = workdir / "checkpoints"
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+
+
+def temporary_saves(workdir: Path) -> list[str]:
+    folder = workdir / "checkpoints"
+    return sorted(p.name for p in folder.iterdir() if TMP_MARK in p.name) if folder.is_dir() else []
+
+
+def events(workdir: Path) -> list[tuple[int, str]]:
+    """(step, split) of every complete metrics.jsonl line, in file order."""
+    path = workdir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines(keepends=True):
+        if line.endswith("\n"):
+            event = json.loads(line)
+            out.append((event["step"], event["split"]))
+    return out
+
+
+@pytest.fixture
+def trained(smoke_workdir, tmp_path) -> Path:
+    """A private copy of the 40-step smoke workdir (checkpoints 20 and 40)."""
+    workdir = tmp_path / "run"
+    shutil.copytree(smoke_workdir, workdir)
+    return workdir
+
+
+class Training:
+    """A train.py subprocess; stderr goes to a file so a chatty child never blocks on a pipe."""
+
+    def __init__(self, args: list[str], log: Path):
+        self.log = log
+        self._stderr = open(log, "w")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=REPO,
+                                     stdout=subprocess.DEVNULL, stderr=self._stderr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=TIMEOUT)
+        self._stderr.close()
+
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, what: str, condition):
+        """Polls `condition()` every 2 ms until it is truthy (returned); fails if the child exits."""
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                pytest.fail(f"train.py exited ({self.proc.returncode}) before {what}:\n"
+                            f"{self.stderr()[-3000:]}")
+            time.sleep(0.002)
+        pytest.fail(f"timed out waiting for {what}")
+
+    def send(self, signum: int) -> int:
+        """Sends `signum` to the child, which must still be running; returns its exit code."""
+        assert self.proc.poll() is None, "the child finished before the planned kill point"
+        self.proc.send_signal(signum)
+        return self.proc.wait(timeout=TIMEOUT)
+
+
+# --- crash safety -------------------------------------------------------------------
+
+def test_killed_and_interrupted_training_resumes_to_identical_parameters(smoke_workdir, tmp_path):
+    """SIGKILL mid-save, inside validation and between steps, then SIGINT and SIGTERM, each
+    followed by the same command; the end result equals the uninterrupted smoke run."""
+    workdir = tmp_path / "crashy"
+    args = [*SMOKE, "--workdir", str(workdir), "--config.checkpoint.every_steps=5"]
+    runs = iter(range(100))
+    timeline = []  # printed at the end (pytest shows it with -s or on failure)
+
+    def start() -> Training:
+        return Training(args, tmp_path / f"run{next(runs)}.log")
+
+    def resumed_from(run: Training, expected: int | None) -> None:
+        note = "starting" if expected is None else f"resuming from step {expected} "
+        assert note in run.stderr(), run.stderr()[-2000:]
+
+    # 1. SIGKILL while orbax writes a checkpoint (its temporary directory exists), once
+    #    an earlier checkpoint is complete. Retried at the next save in the rare case the
+    #    save completed between seeing the directory and the kill.
+    expected = None
+    for _attempt in range(2):
+        with start() as run:
+            tmp = run.wait_for("a checkpoint save in progress", lambda: next(
+                (n for n in temporary_saves(workdir) if saved_steps(workdir)), None))
+            assert run.send(signal.SIGKILL) == -signal.SIGKILL
+            resumed_from(run, expected)
+        expected = saved_steps(workdir)[-1]
+        timeline.append(f"SIGKILL while saving {tmp}; complete: {saved_steps(workdir)}")
+        if (workdir / "checkpoints" / tmp).exists():
+            break
+    else:
+        pytest.fail("never killed train.py inside a checkpoint save")
+    half_written = int(tmp.split(".")[0])
+    assert half_written not in saved_steps(workdir) and half_written > expected
+
+    # 2. SIGKILL inside validation: step 20 is logged, its validation result is not.
+    with start() as run:
+        run.wait_for("validation at step 20", lambda: (20, "train") in (e := events(workdir))
+                     and (20, "valid") not in e)
+        assert run.send(signal.SIGKILL) == -signal.SIGKILL
+        resumed_from(run, expected)
+    timeline.append(f"SIGKILL in validation at step 20; complete: {saved_steps(workdir)}")
+    assert (20, "valid") not in events(workdir) and 20 not in saved_steps(workdir)
+    assert not (workdir / "checkpoints" / tmp).exists()  # the half-written save was dropped
+    expected = saved_steps(workdir)[-1]
+    assert expected < 20
+
+    # 3./4. SIGINT, then SIGTERM, each once a new checkpoint appeared: the step running
+    #    then finishes, is saved, and the exit code and one line say so.
+    for signum, code, name in ((signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")):
+        with start() as run:
+            run.wait_for("a new checkpoint", lambda before=expected: saved_steps(workdir)[-1] > before)
+            assert run.send(signum) == code, run.stderr()[-3000:]
+            resumed_from(run, expected)
+            last = run.stderr().strip().splitlines()[-1]
+        match = re.fullmatch(rf"{name}: saved step (\d+) in {re.escape(str(workdir))}; "
+                             "run the same command to resume", last)
+        assert match, last
+        stopped = int(match.group(1))
+        timeline.append(f"{name} -> exit {code}, saved step {stopped}")
+        assert stopped > expected and saved_steps(workdir)[-1] == stopped
+        expected = stopped
+
+    # 5. SIGKILL between steps, right after a new checkpoint appeared.
+    with start() as run:
+        run.wait_for("a new checkpoint", lambda: saved_steps(workdir)[-1] > expected)
+        assert run.send(signal.SIGKILL) == -signal.SIGKILL
+        resumed_from(run, expected)
+    expected = saved_steps(workdir)[-1]
+    timeline.append(f"SIGKILL between steps; complete: {saved_steps(workdir)}")
+    assert expected < 40
+
+    # 6. The same command once more finishes the run.
+    with start() as run:
+        assert run.proc.wait(timeout=TIMEOUT) == 0, run.stderr()[-3000:]
+        resumed_from(run, expected)
+    timeline.append(f"finished from step {expected}")
+    print("\n".join(timeline))
+    assert not temporary_saves(workdir)
+    straight, straight_all = final_params(smoke_workdir, 40)
+    resumed, resumed_all = final_params(workdir, 40)
+    for a, b in ((flat(straight), flat(resumed)), (flat(straight_all["opt_state"]),
+                                                   flat(resumed_all["opt_state"]))):
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], atol=1e-6, rtol=0, err_msg=key)
+    # Redone steps were dropped from metrics.jsonl: no (step, split) twice, steps increase.
+    logged = events(workdir)
+    assert len(logged) == len(set(logged))
+    for split in ("train", "valid"):
+        steps = [s for s, sp in logged if sp == split]
+        assert steps == sorted(steps)
+    assert {10, 20, 30, 40} <= {s for s, sp in logged if sp == "train"}
+    assert [s for s, sp in logged if sp == "valid"] == [20, 40]
+
+
+def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(smoke_workdir,
+                                                                                 tmp_path):
+    workdir = tmp_path / "nan"
+    workdir.mkdir()
+    shutil.copytree(smoke_workdir / "tokenizer", workdir / "tokenizer")  # skip retraining it
+    # An absurd learning rate is enough: warmup makes step 1 a no-op, the next update
+    # blows the parameters up, and the loss after it overflows.
+    result = train("--workdir", str(workdir), "--config.train.learning_rate=1e30",
+                   "--config.checkpoint.every_steps=1")
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    match = re.fullmatch(r"error: non-finite loss or gradient at step (\d+); stopped without saving "
+                         r"\(last good checkpoint: step (\d+)\); .*", last)
+    assert match and "Traceback" not in result.stderr, last
+    bad, good = int(match.group(1)), int(match.group(2))
+    assert good == bad - 1 and saved_steps(workdir)[-1] == good
+    assert not temporary_saves(workdir)
+    _, state = final_params(workdir, good)
+    assert all(np.isfinite(v).all() for v in flat(state).values())
+    for line in (workdir / "metrics.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        assert event["step"] < bad and all(np.isfinite(v) for v in event.values()
+                                           if isinstance(v, float))
+
+
+# --- resume guard -------------------------------------------------------------------
+
+def test_resume_refuses_changed_shape_vocabulary_or_data_even_with_the_flag(trained):
+    before = snapshot(trained)
+    result = train("--workdir", str(trained), "--config.model.num_heads=4",
+                   "--config.data.vocab_size=300", "--config.data.max_train_sentences=1000",
+                   "--allow_config_change=model.num_heads,data.vocab_size,data.max_train_sentences")
+    assert_one_line_error(result, 2, "model.num_heads: 2 -> 4", "data.vocab_size: 200 -> 300",
+                          "data.max_train_sentences: 2000 -> 1000", "cannot change on resume")
+    assert snapshot(trained) == before
+
+
+def test_resume_needs_the_flag_for_other_fields(trained):
+    before = snapshot(trained)
+    result = train("--workdir", str(trained), "--config.train.learning_rate=0.5",
+                   "--config.train.num_steps=60")  # num_steps is always allowed
+    assert_one_line_error(result, 2, "train.learning_rate: 0.001 -> 0.5",
+                          "--allow_config_change=train.learning_rate")
+    assert "num_steps" not in result.stderr
+    assert snapshot(trained) == before
+
+
+def test_resume_refuses_changed_training_data_under_the_same_config(trained, tmp_path):
+    data_dir = tmp_path / "multi30k"
+    data_dir.mkdir()
+    for name in ("train.de.gz", "train.en.gz", "val.de.gz", "val.en.gz"):
+        shutil.copy(REPO / "data" / "multi30k" / name, data_dir / name)
+    lines = gzip.decompress((data_dir / "train.en.gz").read_bytes()).decode().splitlines()
+    lines[0] = "An edited first sentence."
+    (data_dir / "train.en.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    before = snapshot(trained)
+    result = train("--workdir", str(trained), f"--config.data.data_dir={data_dir}",
+                   "--allow_config_change=data.data_dir")
+    assert_one_line_error(result, 2, "training data differ", "checkpoint step 40")
+    assert snapshot(trained) == before
+
+
+def test_resume_refuses_a_replaced_tokenizer(trained):
+    from data.corpora import read_lines
+    from data.tokenizer import train_tokenizer
+
+    # Same settings (tokenizer.json still matches), same vocabulary size, other text.
+    text = read_lines(REPO / "data" / "multi30k" / "train.en.gz")[5000:8000]
+    train_tokenizer(text, trained / "tokenizer" / "spm", vocab_size=200)
+    before = snapshot(trained)
+    result = train("--workdir", str(trained))
+    assert_one_line_error(result, 2, f"tokenizer in {trained / 'tokenizer'}",
+                          "not the one checkpoint step 40 was trained with")
+    assert snapshot(trained) == before
+
+
+# --- damaged checkpoints ------------------------------------------------------------
+
+def _largest_data_file(step_dir: Path) -> Path:
+    return max((p for p in (step_dir / "state").rglob("*") if p.is_file() and p.parent.name == "d"),
+               key=lambda p: p.stat().st_size)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupted"])
+def test_damaged_checkpoint_is_refused_and_left_alone(trained, damage):
+    target = _largest_data_file(trained / "checkpoints" / "40")
+    data = bytearray(target.read_bytes())
+    if damage == "truncated":
+        del data[len(data) // 2:]
+    else:  # same size, garbage in the middle: only the CRC in meta can tell
+        data[len(data) // 3: len(data) // 3 + 64] = bytes(range(64))
+    target.write_bytes(bytes(data))
+    before = snapshot(trained)
+    result = train("--workdir", str(trained))
+    line = assert_one_line_error(result, 2, f"checkpoint step 40 ({trained / 'checkpoints' / '40'})",
+                                 "move it away to use step 20 instead", "nothing was deleted")
+    assert ("cannot be restored" if damage == "truncated" else "CRC-32") in line
+    assert snapshot(trained) == before
+
+
+def test_half_written_checkpoint_is_ignored(trained):
+    """A leftover orbax temporary directory (as a kill mid-save leaves) is never restored."""
+    fake = trained / "checkpoints" / f"60{TMP_MARK}"
+    shutil.copytree(trained / "checkpoints" / "40", fake)
+    result = train("--workdir", str(trained))  # 40 steps: nothing to train, restore only
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from step 40 " in result.stderr
+    assert not fake.exists() and saved_steps(trained) == [20, 40]
+
+
+# --- bad input ----------------------------------------------------------------------
+
+def _text_corpus(folder: Path, train_src: bytes, train_tgt: bytes) -> list[str]:
+    folder.mkdir()
+    files = {"train.de": train_src, "train.en": train_tgt,
+             "valid.de": b"ein Hund\n", "valid.en": b"a dog\n"}
+    for name, content in files.items():
+        (folder / name).write_bytes(content)
+    return ["--config.data.dataset=text",
+            *(f"--config.data.{split}_{side}={folder / f'{split}.{lang}'}"
+              for split in ("train", "valid") for side, lang in (("source", "de"), ("target", "en")))]
+
+
+PAIRS = b"".join(b"ein Hund Nummer %d\n" % i for i in range(20))
+
+
+@pytest.mark.parametrize("case", ["mismatched", "empty", "utf8"])
+def test_bad_corpus(tmp_path, case):
+    corpus = tmp_path / "corpus"
+    target = PAIRS.replace(b"ein Hund", b"a dog")
+    if case == "mismatched":
+        flags_ = _text_corpus(corpus, PAIRS, target[: target.rindex(b"a dog")])
+        expected = (f"{corpus / 'train.de'} has 20 lines", f"{corpus / 'train.en'} has 19")
+    elif case == "empty":
+        flags_ = _text_corpus(corpus, b"", target)
+        expected = (f"empty corpus: {corpus / 'train.de'}",)
+    else:
+        flags_ = _text_corpus(corpus, PAIRS.replace(b"Nummer 2\n", b"Nummer \xff2\n"), target)
+        expected = (f"{corpus / 'train.de'}: invalid UTF-8 on line 3",)
+    before = snapshot(corpus)
+    workdir = tmp_path / "run"
+    assert_one_line_error(train("--workdir", str(workdir), *flags_, timeout=120), 2, *expected)
+    assert snapshot(corpus) == before
+    assert not workdir.exists()
+
+
+@pytest.mark.parametrize("case", ["dataset", "key", "type", "config_file"])
+def test_bad_config(trained, case):
+    args = {
+        "dataset": (*SMOKE, "--config.data.dataset=multi31k"),
+        "key": (*SMOKE, "--config.model.d_modle=64"),
+        "type": (*SMOKE, "--config.train.num_steps=forty"),
+        "config_file": ("--config", "configs/no_such_experiment.py"),
+    }[case]
+    expected = {
+        "dataset": ("unknown dataset 'multi31k'", "multi30k"),
+        "key": ("unknown config key config.model.d_modle", "did you mean config.model.d_model?"),
+        "type": ("--config.train.num_steps=forty: wrong value type, expected int",),
+        "config_file": ("config file not found: configs/no_such_experiment.py",),
+    }[case]
+    before = snapshot(trained)
+    result = run_script("train.py", *args, "--workdir", str(trained), timeout=120)
+    assert_one_line_error(result, 2, *expected)
+    assert snapshot(trained) == before
+    if case == "dataset":  # --debug shows the traceback instead
+        debug = run_script("train.py", *args, "--workdir", str(trained), "--debug", timeout=120)
+        assert debug.returncode != 0 and "Traceback" in debug.stderr
+        assert snapshot(trained) == before
+
+
+@pytest.mark.parametrize("case", ["not_npz", "missing_arrays", "pickled", "not_normalised"])
+def test_inspect_refuses_a_file_not_in_the_map_format(tmp_path, case):
+    path = tmp_path / "maps.npz"
+    if case == "not_npz":
+        path.write_bytes(b"this is not a zip file\n")
+        expected = "not a readable .npz map file"
+    elif case == "missing_arrays":
+        np.savez(path, weights=np.zeros((2, 2), np.float32))
+        expected = "missing arrays: encoder_self"
+    elif case == "pickled":  # every array there, but as objects: only unpickling reads them
+        np.savez(path, **{name: np.array([{"a": 1}], dtype=object) for name in ARRAY_NAMES})
+        expected = "Object arrays cannot be loaded when allow_pickle=False"
+    else:  # a readable map file whose rows do not sum to 1
+        from test_mapfile import make_maps
+
+        maps = make_maps()
+        np.savez(path, **{name: getattr(maps, name) for name in ARRAY_NAMES if name != "cross"},
+                 cross=maps.cross * 2)
+        expected = "query row 0 sums to 2"
+    before = snapshot(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "attention.inspect", str(path)], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert_one_line_error(result, 2, str(path), expected)
+    assert snapshot(tmp_path) == before  # unchanged, and no PNG written
+
+
+def test_no_pickle_anywhere():
+    sources = [p for p in REPO.rglob("*.py")
+               if not {".venv", "build", ".git"} & set(p.relative_to(REPO).parts)]
+    pattern = re.compile(r"^\s*(import|from)\s+(c?pickle|dill|cloudpickle|joblib)\b|"
+                         r"allow_pickle\s*=\s*True|torch\.load", re.M)
+    offenders = [str(p) for p in sources
+                 if p != Path(__file__) and pattern.search(p.read_text(encoding="utf-8"))]
+    assert not offenders
