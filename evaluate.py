@@ -65,7 +65,6 @@ import dataclasses
 import inspect
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -79,6 +78,13 @@ from sacrebleu.metrics import BLEU, CHRF
 from configs import cli
 from configs.errors import UserError
 from data.corpora import DataError, decode_lines, load_corpus, read_lines
+from models.loading import (  # noqa: F401  (re-exported: evaluate.load_params etc.)
+    LoadedParams,
+    checkpoint_dir,
+    load_params,
+    load_tokenizer,
+    resolve_steps,
+)
 
 FLAGS = flags.FLAGS
 EVAL_DIR = "eval"
@@ -177,162 +183,6 @@ def read_inputs(cfg: ml_collections.ConfigDict, split: str | None, source: str |
         if inputs.references is not None:
             inputs.references = inputs.references[:max_sentences]
     return inputs
-
-
-def load_tokenizer(workdir: Path, cfg: ml_collections.ConfigDict):
-    """The run's tokenizer, checked against config.json (UserError if missing or foreign)."""
-    from data.tokenizer import META_FILE, Tokenizer, _tokenizer_meta
-
-    directory = workdir / "tokenizer"
-    if not directory.is_dir():
-        raise UserError(f"{directory} not found: {workdir} has no tokenizer (train first)")
-    meta_path = directory / META_FILE
-    if meta_path.is_file():
-        try:
-            saved = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"{meta_path}: invalid JSON ({e})") from None
-        expected = _tokenizer_meta(cfg.data)
-        changed = [f"{k}: {saved.get(k)!r} in the tokenizer, {v!r} in config.json"
-                   for k, v in expected.items() if saved.get(k) != v]
-        if changed:
-            raise UserError(f"tokenizer in {directory} does not match {workdir}/config.json "
-                            f"({'; '.join(changed)})")
-    try:
-        return Tokenizer.load(directory)
-    except (OSError, RuntimeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"cannot load the tokenizer in {directory}: {first}") from None
-
-
-# ----------------------------------------------------------------------- checkpoints
-
-
-@dataclasses.dataclass
-class LoadedParams:
-    """A model with restored (possibly averaged) parameters."""
-
-    model: object  # models.transformer.Transformer
-    params: object  # nnx.State of the nnx.Param variables
-    steps: list[int]  # the checkpoint step(s) the parameters come from, oldest first
-    requested: str  # the --checkpoint value the steps were resolved from
-
-
-def _checkpoint_dir(workdir: Path) -> Path:
-    directory = workdir / "checkpoints"
-    has_steps = directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
-    if not has_steps:
-        raise UserError(f"no checkpoint in {directory}: train first "
-                        f"(python train.py --config ... --workdir {workdir})")
-    return directory
-
-
-def _read_meta(manager, step: int) -> dict:
-    import orbax.checkpoint as ocp
-
-    try:
-        restored = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        return dict(restored["meta"])
-    except Exception as err:  # noqa: BLE001 - orbax raises many types for damaged files
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"cannot read checkpoint step {step} in {manager.directory}: "
-                        f"{first[:300]}") from err
-
-
-def best_step(manager) -> int:
-    """The saved step with the best validation BLEU.
-
-    Uses orbax's metrics when the checkpoints carry them (`choose_step`); otherwise the
-    `best_step` that the training loop stores in each checkpoint's meta item, read from
-    the newest checkpoint; the newest step if that one is no longer saved.
-    """
-    from models import checkpoint as ckpt
-
-    steps = manager.all_steps()
-    if any(manager.metrics(s) for s in steps):
-        return ckpt.choose_step(manager, "best")
-    latest = max(steps)
-    best = _read_meta(manager, latest).get("best_step", -1)
-    if isinstance(best, int) and best in steps:
-        return best
-    return latest
-
-
-def resolve_steps(manager, checkpoint: str | None, average_last: int = 0) -> list[int]:
-    """Checkpoint step(s) to load, oldest first.
-
-    checkpoint: "best" | "last" | a step number; None = "best", or "last" when averaging.
-    average_last: N > 0 averages the N most recent saved steps up to that step.
-    """
-    from models import checkpoint as ckpt
-
-    steps = sorted(manager.all_steps())
-    if not steps:
-        raise UserError(f"no checkpoint in {manager.directory}: train first")
-    which = checkpoint or ("last" if average_last else "best")
-    newest = best_step(manager) if which == "best" else ckpt.choose_step(manager, which)
-    if average_last <= 0:
-        return [newest]
-    window = [s for s in steps if s <= newest][-average_last:]
-    if len(window) < average_last:
-        upto = "" if newest == steps[-1] else f" up to step {newest}"
-        raise UserError(f"--average_last {average_last}: only {len(window)} checkpoint(s) "
-                        f"saved{upto} in {manager.directory} (steps {window})")
-    return window
-
-
-def load_params(workdir: str | Path, checkpoint: str | None = None, average_last: int = 0,
-                *, cfg: ml_collections.ConfigDict | None = None, tokenizer=None) -> LoadedParams:
-    """Builds the run's model and restores the parameters of one checkpoint, or the
-    element-wise mean of the last `average_last` ones (see `resolve_steps`).
-
-    Raises UserError: no checkpoint, a damaged one, or one that does not fit the
-    model built from config.json and the tokenizer.
-    """
-    from flax import nnx
-
-    from models import checkpoint as ckpt
-    from models.training import build_model, build_optimizer, init_train_state
-
-    workdir = Path(workdir)
-    cfg = cfg if cfg is not None else cli.load_config_json(workdir)
-    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(workdir, cfg)
-    manager = ckpt.make_manager(_checkpoint_dir(workdir), cfg.checkpoint.keep, read_only=True)
-    steps = resolve_steps(manager, checkpoint, average_last)
-    model = build_model(cfg, tokenizer.source_vocab_size, tokenizer.target_vocab_size,
-                        cfg.train.seed)
-    abstract = ckpt.abstract_of(init_train_state(model, build_optimizer(cfg.train)))
-    trees = []
-    for step in steps:
-        try:
-            state, _ = ckpt.restore(manager, step, abstract)
-        except UserError as err:
-            shapes = re.search(r"Requested shape: (\(.*?\)) is not compatible with the "
-                               r"stored shape: (\(.*?\))", str(err))
-            detail = (f"a stored array has shape {shapes[2]}, the model expects {shapes[1]}"
-                      if shapes else "its tree of arrays differs from the model's (other "
-                      "layers or modules)" if "tree structures do not match" in str(err)
-                      else None)
-            if detail:
-                raise UserError(
-                    f"checkpoint step {step} in {manager.directory} does not fit the model "
-                    f"built from {workdir}/config.json and the tokenizer in {workdir}/tokenizer "
-                    f"(vocab {tokenizer.source_vocab_size}/{tokenizer.target_vocab_size}): "
-                    f"{detail}; was the tokenizer or config.json replaced?") from err
-            # TensorStore appends a dump of its spec; the reason comes before it.
-            reason = str(err).split(" See full TensorStore details")[0].rstrip(" .")
-            others = [s for s in manager.all_steps() if s != step]
-            raise UserError(f"{reason} -- the checkpoint is truncated or damaged"
-                            + (f"; other saved steps: {sorted(others)} (--checkpoint STEP)"
-                               if others else "")) from err
-        trees.append(state["params"])
-    params = trees[0] if len(trees) == 1 else ckpt.average_params(trees)
-    nnx.update(model, params)
-    return LoadedParams(model, params, list(steps), checkpoint or ("last" if average_last
-                                                                   else "best"))
-
-
-# -------------------------------------------------------------------------- decoding
 
 
 class CompileTimer:
@@ -562,7 +412,7 @@ def evaluate(workdir: Path) -> dict:
     cfg = cli.load_config_json(workdir)
     inputs = read_inputs(cfg, FLAGS.split, FLAGS.source, FLAGS.reference, FLAGS.max_sentences)
     tokenizer = load_tokenizer(workdir, cfg)
-    _checkpoint_dir(workdir)
+    checkpoint_dir(workdir)
     beam_size = FLAGS.beam_size or int(cfg.eval.beam_size)
     batch_size = FLAGS.batch_size or int(cfg.eval.batch_size)
     bucket_step = int(cfg.data.bucket_step)

@@ -39,7 +39,7 @@ def read_pairs(path: Path) -> tuple[list[str], list[str]]:
 
 def score(workdir: Path, pairs: Path, gold: Path, checkpoint: str, batch_size: int) -> dict:
     """AER per layer / layer mean, plain and shift; returns the result dict."""
-    import evaluate
+    from models.loading import load_params, load_tokenizer
     from models.translate import record_maps
 
     sources, targets = read_pairs(pairs)
@@ -47,8 +47,8 @@ def score(workdir: Path, pairs: Path, gold: Path, checkpoint: str, batch_size: i
     if len(golds) != len(sources):
         raise UserError(f"{gold} has {len(golds)} lines but {pairs} has {len(sources)}")
     cfg = load_config_json(workdir)
-    tokenizer = evaluate.load_tokenizer(workdir, cfg)
-    loaded = evaluate.load_params(workdir, checkpoint, cfg=cfg, tokenizer=tokenizer)
+    tokenizer = load_tokenizer(workdir, cfg)
+    loaded = load_params(workdir, checkpoint, cfg=cfg, tokenizer=tokenizer)
     model = loaded.model
     num_layers = len(model.decoder_layers)
     settings = [(layer, shift) for layer in [*range(num_layers), "mean"] for shift in (False, True)]
