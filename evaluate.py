@@ -66,7 +66,6 @@ import inspect
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -76,6 +75,7 @@ from absl import logging as absl_logging
 from sacrebleu.metrics import BLEU, CHRF
 
 from configs import cli
+from configs.cli import write_atomic
 from configs.errors import UserError
 from data.corpora import DataError, decode_lines, load_corpus, read_lines
 from models.loading import (  # noqa: F401  (re-exported: evaluate.load_params etc.)
@@ -323,21 +323,6 @@ def score(hyps: list[str], refs: list[str], *, compat_lc_tok: bool = False,
 
 
 # --------------------------------------------------------------------------- outputs
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Writes `text` to `path` through a temporary file and os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def default_name(base: str, steps: list[int], beam_size: int) -> str:

@@ -267,15 +267,15 @@ def config_to_json(config: ml_collections.ConfigDict) -> str:
     return json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n"
 
 
-def write_config_json(config: ml_collections.ConfigDict, workdir: str | Path) -> Path:
-    """Writes `<workdir>/config.json` atomically (temp file + os.replace)."""
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    path = workdir / CONFIG_JSON
-    fd, tmp = tempfile.mkstemp(prefix=f".{CONFIG_JSON}.", dir=workdir)
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Writes `text` to `path` through a temporary file, fsync and os.replace, so a crash
+    never leaves a half-written file over a good one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(config_to_json(config))
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -283,6 +283,11 @@ def write_config_json(config: ml_collections.ConfigDict, workdir: str | Path) ->
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_config_json(config: ml_collections.ConfigDict, workdir: str | Path) -> Path:
+    """Writes `<workdir>/config.json` atomically."""
+    return write_atomic(Path(workdir) / CONFIG_JSON, config_to_json(config))
 
 
 def load_config_json(workdir: str | Path) -> ml_collections.ConfigDict:
