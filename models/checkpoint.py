@@ -19,7 +19,10 @@ repaired here: the error names the step directory and the step to fall back to.
 
 from __future__ import annotations
 
+import inspect
+import logging
 import sys
+import warnings
 import zlib
 from pathlib import Path
 
@@ -99,14 +102,19 @@ def _first_line(err: Exception) -> str:
 def _ignore_abandoned_reads() -> None:
     """When a restore fails, orbax closes its event loop while other TensorStore reads are
     still running; their completion callbacks then raise "Event loop is closed", printed
-    as dozens of tracebacks. Only that exact, harmless error is dropped."""
+    as dozens of tracebacks; under load, reads cut off the same way also surface as
+    never-awaited coroutines and asyncio's "Task was destroyed" log lines. Only these
+    harmless leftovers of the abandoned reads are dropped."""
     previous = sys.unraisablehook
     if getattr(previous, "_attnmt", False):
         return
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited", category=RuntimeWarning)
 
     def hook(unraisable):
-        if not (isinstance(unraisable.exc_value, RuntimeError)
-                and str(unraisable.exc_value) == "Event loop is closed"):
+        closed_loop = (isinstance(unraisable.exc_value, RuntimeError)
+                       and str(unraisable.exc_value) == "Event loop is closed")
+        if not (closed_loop or inspect.iscoroutine(unraisable.object)):
             previous(unraisable)
 
     hook._attnmt = True
