@@ -15,7 +15,7 @@ Flags (defaults in brackets):
   --average_last N     average the parameters of the N most recent saved checkpoints up
                        to and including --checkpoint's step [0 = off]
   --beam_size          1 = greedy [the config's eval.beam_size]
-  --length_penalty     GNMT alpha of beam search [0.6]
+  --length_penalty     GNMT alpha of beam search [the config's eval.length_penalty]
   --batch_size         sentences per batch [the config's eval.batch_size]
   --compat_lc_tok      also report BLEU on lowercased, Moses-tokenized text (sacremoses,
                        then sacreBLEU tokenize="none"): the metric of the Multi30k literature
@@ -108,7 +108,8 @@ def define_flags() -> None:
                          "saved checkpoints up to --checkpoint (0 = off).")
     flags.DEFINE_integer("beam_size", None, "Beam size; 1 = greedy (default: config "
                          "eval.beam_size).")
-    flags.DEFINE_float("length_penalty", 0.6, "GNMT length penalty alpha for beam search.")
+    flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha for beam search "
+                       "(default: config eval.length_penalty).")
     flags.DEFINE_integer("batch_size", None, "Sentences per batch (default: config "
                          "eval.batch_size).")
     flags.DEFINE_bool("compat_lc_tok", False, "Also report BLEU on lowercased, "
@@ -383,7 +384,7 @@ def _check_flags() -> None:
         value = getattr(FLAGS, name)
         if value is not None and value < low:
             raise UserError(f"--{name} must be at least {low}, got {value}")
-    if FLAGS.length_penalty < 0:
+    if FLAGS.length_penalty is not None and FLAGS.length_penalty < 0:
         raise UserError(f"--length_penalty must be >= 0, got {FLAGS.length_penalty}")
     which = FLAGS.checkpoint
     if which is not None and which not in ("best", "last") and not which.isdigit():
@@ -400,6 +401,8 @@ def evaluate(workdir: Path) -> dict:
     checkpoint_dir(workdir)
     beam_size = FLAGS.beam_size or int(cfg.eval.beam_size)
     batch_size = FLAGS.batch_size or int(cfg.eval.batch_size)
+    length_penalty = (FLAGS.length_penalty if FLAGS.length_penalty is not None
+                      else float(cfg.eval.length_penalty))
     bucket_step = int(cfg.data.bucket_step)
 
     import jax
@@ -419,7 +422,7 @@ def evaluate(workdir: Path) -> dict:
                   "degrade", file=sys.stderr)
 
     hyps, timing = translate_lines(loaded.model, tokenizer, inputs.sources, beam_size=beam_size,
-                                   length_penalty=FLAGS.length_penalty, batch_size=batch_size,
+                                   length_penalty=length_penalty, batch_size=batch_size,
                                    bucket_step=bucket_step)
     timing["load_seconds"] = load_seconds
     result = {
@@ -436,7 +439,7 @@ def evaluate(workdir: Path) -> dict:
         "checkpoint": {"requested": loaded.requested, "steps": loaded.steps,
                        "averaged": len(loaded.steps) > 1},
         "decoding": {"beam_size": beam_size, "decode": "greedy" if beam_size == 1 else "beam",
-                     "length_penalty": FLAGS.length_penalty, "batch_size": batch_size,
+                     "length_penalty": length_penalty, "batch_size": batch_size,
                      "bucket_step": bucket_step,
                      "max_length": "ceil(1.5 * source tokens + 10), per batch"},
         "bleu": None,
@@ -450,7 +453,7 @@ def evaluate(workdir: Path) -> dict:
         start = time.perf_counter()
         path = save_attention(
             loaded.model, tokenizer, inputs.sources, FLAGS.save_attention, beam_size=beam_size,
-            length_penalty=FLAGS.length_penalty, batch_size=batch_size, step=loaded.steps[-1],
+            length_penalty=length_penalty, batch_size=batch_size, step=loaded.steps[-1],
             out_dir=out_dir, stem=f"{name}.attention")
         timing["attention_seconds"] = time.perf_counter() - start
         files["attention"] = str(path)

@@ -401,8 +401,15 @@ def train(cfg, workdir: Path) -> int:
         log.close()
     if exit_code:  # stopped by a signal; printed last, after the progress bar's final line
         name = "SIGINT" if stop.signum == signal.SIGINT else "SIGTERM"
-        print(f"{name}: saved step {step} in {workdir}; run the same command to resume",
-              file=sys.stderr, flush=True)
+        on_disk = manager.all_steps(read=True)  # what a resume will find, not what was asked
+        if step in on_disk:
+            print(f"{name}: saved step {step} in {workdir}; run the same command to resume",
+                  file=sys.stderr, flush=True)
+        else:
+            newest = max(on_disk) if on_disk else None
+            print(f"{name}: the checkpoint of step {step} did not reach {workdir / 'checkpoints'}; "
+                  f"a resume starts from {f'step {newest}' if newest is not None else 'scratch'}",
+                  file=sys.stderr, flush=True)
     return exit_code
 
 

@@ -1,12 +1,15 @@
-"""Multi30k German->English, the README default: the CPU-budget recipe.
+"""Multi30k German->English, the README default: the best recipe found (issue 7).
 
-A Transformer-tiny-sized model (4+4 layers, d_model 128, 4 heads, d_ff 256) with a
-small joint SentencePiece vocabulary, sized so that 60 minutes of training on a
-2-core CPU covers ~20 epochs of Multi30k (SPEC §6: >= 35 BLEU on test_2016 within
-60 minutes). Training stops at `train.max_minutes`; raise it (or set it to 0) and
-`train.num_steps` on faster hardware.
+Transformer-tiny (4+4 layers, d_model 128, 4 heads, d_ff 256) with heavy dropout (0.3),
+a joint SentencePiece BPE vocabulary of 10,000, lr 0.005 after 2,000 warmup steps,
+4,096 tokens per batch, 8,000 updates, a checkpoint every 100 steps (about an epoch)
+of which `evaluate.py --average_last 10` averages the last ten, beam 5 with length
+penalty 1.0. Chosen on the validation set among the variants in README "Results";
+about 5 minutes on one GPU, several hours on a 2-core CPU (configs/multi30k_de_en_cpu.py
+is the 60-minute CPU recipe).
 
     python train.py --config configs/multi30k_de_en.py --workdir runs/de_en
+    python evaluate.py --workdir runs/de_en --split test --average_last 10 --checkpoint last
 """
 
 import ml_collections
@@ -20,23 +23,26 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.dataset = "multi30k"
     config.data.source_lang = "de"
     config.data.target_lang = "en"
-    config.data.vocab_size = 6000
+    config.data.vocab_size = 10000
+    config.data.spm_model_type = "bpe"
+    config.data.bucket_step = 16  # 6 batch shapes instead of 11: fewer compilations
 
     config.model.d_model = 128
     config.model.num_heads = 4
     config.model.num_encoder_layers = 4
     config.model.num_decoder_layers = 4
     config.model.d_ff = 256
-    config.model.dropout = 0.2
+    config.model.dropout = 0.3
 
     config.train.num_steps = 8000
-    config.train.max_minutes = 60.0
     config.train.batch_tokens = 4096
-    config.train.learning_rate = 3e-3
-    config.train.warmup_steps = 1000
+    config.train.learning_rate = 0.005
+    config.train.warmup_steps = 2000
     config.train.label_smoothing = 0.1
 
-    config.eval.every_steps = 500
-    config.checkpoint.every_steps = 500
-    config.checkpoint.keep = 10  # evaluate.py --average_last 10
+    config.eval.every_steps = 2000
+    config.eval.beam_size = 5
+    config.eval.length_penalty = 1.0
+    config.checkpoint.every_steps = 100
+    config.checkpoint.keep = 10  # evaluate.py --average_last 10 --checkpoint last
     return config

@@ -15,8 +15,8 @@ from configs.errors import UserError
 from data.corpora import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENTS = ["multi30k_de_en", "multi30k_en_de", "multi30k_en_fr", "tatoeba_de_en",
-               "iwslt2017_de_en", "smoke"]
+EXPERIMENTS = ["multi30k_de_en", "multi30k_de_en_cpu", "multi30k_en_de", "multi30k_en_fr",
+               "tatoeba_de_en", "iwslt2017_de_en", "smoke"]
 REQUIRED = ["data.dataset", "data.source_lang", "data.target_lang", "data.vocab_size",
             "data.max_length", "model.d_model", "model.num_heads", "model.num_encoder_layers",
             "model.num_decoder_layers", "model.d_ff", "model.dropout", "model.attention_dropout",
@@ -78,6 +78,16 @@ def test_experiment_specifics():
     assert (iwslt.data.dataset, iwslt.data.hf_config) == ("hf", "iwslt2017-de-en")
     en_de = parse(["prog", f"--config={ROOT / 'configs/multi30k_en_de.py'}"])
     assert (en_de.data.source_lang, en_de.data.target_lang) == ("en", "de")
+    assert (en_de.data.vocab_size, en_de.data.spm_model_type) == (8000, "unigram")
+    # The selected recipe: BPE 10k, checkpoints an epoch apart for --average_last 10, beam 5.
+    de_en = parse(["prog", f"--config={ROOT / 'configs/multi30k_de_en.py'}"])
+    assert (de_en.data.vocab_size, de_en.data.spm_model_type, de_en.model.dropout) == (10000, "bpe", 0.3)
+    assert (de_en.checkpoint.every_steps, de_en.checkpoint.keep) == (100, 10)
+    assert (de_en.eval.beam_size, de_en.eval.length_penalty, de_en.train.max_minutes) == (5, 1.0, 0.0)
+    # The CPU-budget recipe stays the one whose results the README reports.
+    cpu = parse(["prog", f"--config={ROOT / 'configs/multi30k_de_en_cpu.py'}"])
+    assert (cpu.data.vocab_size, cpu.data.spm_model_type, cpu.data.bucket_step) == (6000, "unigram", 8)
+    assert (cpu.model.dropout, cpu.train.learning_rate, cpu.train.max_minutes) == (0.2, 3e-3, 60.0)
 
 
 def test_overrides_through_absl_flags():

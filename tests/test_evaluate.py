@@ -162,6 +162,20 @@ def test_empty_and_very_long_lines_beam(workdir, tmp_path):
     assert maps.decode == "beam" and maps.num_examples == 2
 
 
+def test_length_penalty_defaults_to_the_config(workdir, tmp_path):
+    """The recipe's tuned eval.length_penalty is what evaluate.py uses unless told otherwise."""
+    run = _copy_run(workdir, tmp_path / "run")
+    config = json.loads((run / "config.json").read_text())
+    config["eval"]["length_penalty"] = 1.3
+    (run / "config.json").write_text(json.dumps(config))
+    args = ("--split", "test", "--max_sentences", "4", "--beam_size", "2")
+    for extra, expected in (((), 1.3), (("--length_penalty", "0.2"), 0.2)):
+        result = _evaluate(run, *args, *extra, "--name", f"lp{expected}")
+        assert result.returncode == 0, result.stderr[-3000:]
+        data = json.loads((run / "eval" / f"lp{expected}.json").read_text())
+        assert data["decoding"]["length_penalty"] == expected
+
+
 def test_average_last_is_the_elementwise_mean(workdir):
     import jax
 
