@@ -9,11 +9,11 @@ init_train_state, make_train_step, make_mesh, replicate, shard_batch): the same 
 full step train.py runs (forward, backward, AdamW update, non-finite guard), with the
 same `shard_batch` call per step. Model sizes:
 
-    tiny  d_model 128, 4+4 layers, 4 heads, d_ff 256   (configs/multi30k_de_en.py)
+    tiny  d_model 128, 4+4 layers, 4 heads, d_ff 256   (configs/multi30k_de_en_cpu.py)
     base  d_model 512, 6+6 layers, 8 heads, d_ff 2048  (Vaswani et al. 2017 "base")
 
 Everything else (dropout 0.2, label smoothing, pre-LN, tied embeddings, AdamW, clipping)
-is configs/multi30k_de_en.py; `--dtype bfloat16` sets model.dtype (parameters stay f32).
+is configs/multi30k_de_en_cpu.py; `--dtype bfloat16` sets model.dtype (parameters stay f32).
 
 Batches (host numpy, built before timing; `num_tokens` not used):
   * default: the project's own pipeline on Multi30k de->en: a SentencePiece model of
@@ -295,10 +295,10 @@ def xla_flops_check(train_step, state, batch: Batch, counter: FlopCounter, mesh)
 
 
 def make_config(args: argparse.Namespace):
-    """configs/multi30k_de_en.py with the model size, vocabulary, budget and dtype set."""
-    from configs import multi30k_de_en
+    """configs/multi30k_de_en_cpu.py with the model size, vocabulary, budget and dtype set."""
+    from configs import multi30k_de_en_cpu
 
-    cfg = multi30k_de_en.get_config()
+    cfg = multi30k_de_en_cpu.get_config()
     for key, value in SIZES[args.size].items():
         cfg.model[key] = value
     for key in ("d_model", "num_heads", "d_ff"):
