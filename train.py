@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging as std_logging
+import math
 import os
 import signal
 import sys
@@ -58,6 +59,7 @@ from configs.cli import config_diff, load_config_json, write_config_json
 from configs.errors import UserError
 from data.batching import TrainBatcher, eval_batches, prefetch
 from data.corpora import load_corpus
+from data.packing import pack_batch
 from data.tokenizer import encode_for_training, load_or_train_tokenizer
 from models import checkpoint as ckpt
 from models.training import (
@@ -87,7 +89,8 @@ SAFE_ON_RESUME = ("train.num_steps", "train.log_every_steps", "train.patience", 
 # a checkpoint cannot continue under other values, --allow_config_change or not ...
 LOCKED_ON_RESUME = ("data.", "model.")
 # ... except these, which only move files, name evaluation files or change computation.
-UNLOCKABLE = ("data.data_dir", "data.hf_cache_dir", "data.valid_source", "data.valid_target",
+UNLOCKABLE = ("data.data_dir", "data.hf_cache_dir", "data.pack_length", "data.valid_source",
+              "data.valid_target",
               "data.test_source", "data.test_target", "model.dropout", "model.attention_dropout",
               "model.attention_impl", "model.dtype")
 
@@ -203,6 +206,13 @@ def check_resume_inputs(meta: dict, step: int, workdir: Path, data_digest: str) 
         raise UserError(f"the tokenizer in {tokenizer_dir} is not the one checkpoint step {step} was "
                         "trained with (its vocabulary files changed); put the original back or use "
                         "a new --workdir")
+
+
+def packed(batches, length: int, rows_multiple: int):
+    """(epoch, index, batch) with each batch's pairs packed into rows (data/packing.py);
+    unchanged when `length` is 0. Runs in the prefetch thread, off the training step."""
+    for epoch, index, batch in batches:
+        yield epoch, index, (pack_batch(batch, length, rows_multiple) if length else batch)
 
 
 class StopRequest:
@@ -329,7 +339,8 @@ def train(cfg, workdir: Path) -> int:
     train_step = make_train_step(graphdef, optimizer, cfg.train)
     eval_step = make_eval_step(graphdef, cfg.train.label_smoothing)
     stop = StopRequest()
-    batches = prefetch(batcher.iterate(meta["epoch"], meta["batch_index"]))
+    batches = prefetch(packed(batcher.iterate(meta["epoch"], meta["batch_index"]),
+                              cfg.data.pack_length, math.lcm(8, mesh.size)))
     progress = tqdm(total=cfg.train.num_steps, initial=step, dynamic_ncols=True,
                     disable=jax.process_index() != 0, desc="train", mininterval=5)
     pending, window_start, window_tokens = [], time.time(), 0

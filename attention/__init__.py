@@ -9,9 +9,10 @@ import importlib
 _EXPORTS = {
     "CrossKV": "attention.cache", "KVCache": "attention.cache", "reorder_batch": "attention.cache",
     "attention_weights": "attention.core", "cached_attention": "attention.core",
-    "dot_product_attention": "attention.core",
+    "dot_product_attention": "attention.core", "dropout": "attention.dropout",
     "causal_mask": "attention.masks", "combine_masks": "attention.masks",
     "key_padding_mask": "attention.masks", "padding_mask": "attention.masks",
+    "segment_mask": "attention.masks",
     "CausalSelfAttention": "attention.modules", "CrossAttention": "attention.modules",
     "MultiHeadAttention": "attention.modules", "SelfAttention": "attention.modules",
 }

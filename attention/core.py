@@ -14,6 +14,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from attention.dropout import dropout
+
 _MASKED_LOGIT = -1e30  # exp(-1e30 - max) underflows to exactly 0 in float32
 
 
@@ -66,11 +68,6 @@ def cached_attention(
     weights = _masked_softmax(logits / jnp.sqrt(jnp.float32(query.shape[-1])), mask)
     out = jnp.einsum("bhqk,bhkd->bqhd", weights.astype(value_cache.dtype), value_cache)
     return out, weights
-
-
-def _dropout(weights: jnp.ndarray, rate: float, rng: jax.Array) -> jnp.ndarray:
-    keep = jax.random.bernoulli(rng, 1.0 - rate, weights.shape)
-    return jnp.where(keep, weights / (1.0 - rate), 0.0)
 
 
 def _fused_implementation(dtype: jnp.dtype, implementation: str) -> str | None:
@@ -133,6 +130,6 @@ def dot_product_attention(
         return out, None
 
     weights = attention_weights(query, key, mask)
-    mixed = _dropout(weights, dropout_rate, dropout_rng) if use_dropout else weights
+    mixed = dropout(weights, dropout_rate, dropout_rng) if use_dropout else weights
     out = jnp.einsum("bhqk,bkhd->bqhd", mixed.astype(value.dtype), value)
     return out, (weights if return_weights else None)

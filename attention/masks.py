@@ -35,6 +35,19 @@ def padding_mask(query_valid: jnp.ndarray, key_valid: jnp.ndarray) -> jnp.ndarra
     return query_valid[:, None, :, None] & key_valid[:, None, None, :]
 
 
+def segment_mask(query_segments: jnp.ndarray, key_segments: jnp.ndarray) -> jnp.ndarray:
+    """Packed sequences: a query may attend only to keys of its own segment.
+
+    Args:
+      query_segments: int [B, Tq]; key_segments: int [B, Tk]. Segment ids 1, 2, ...
+        number the sequences packed in a row; 0 marks padding (never attended to).
+    Returns:
+      bool [B, 1, Tq, Tk]. Padded query rows are fully masked.
+    """
+    same = query_segments[:, None, :, None] == key_segments[:, None, None, :]
+    return same & (key_segments > 0)[:, None, None, :]
+
+
 def causal_mask(length: int, key_length: int | None = None, offset: int = 0) -> jnp.ndarray:
     """Lower-triangular mask: query i may attend to keys j <= i + offset.
 

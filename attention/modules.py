@@ -137,13 +137,17 @@ class SelfAttention(MultiHeadAttention):
         x: jnp.ndarray,
         valid: jnp.ndarray,
         *,
+        mask: jnp.ndarray | None = None,
         dropout_rng: jax.Array | None = None,
         return_weights: bool = False,
     ) -> tuple[jnp.ndarray, jnp.ndarray | None]:
-        """x: [B, T, D]; valid: bool [B, T]. Returns ([B, T, D], weights [B, H, T, T] | None)."""
-        return super().__call__(
-            x, mask=key_padding_mask(valid), dropout_rng=dropout_rng, return_weights=return_weights
-        )
+        """x: [B, T, D]; valid: bool [B, T]. Returns ([B, T, D], weights [B, H, T, T] | None).
+
+        `mask` (bool broadcastable to [B, H, T, T], e.g. `segment_mask` of packed
+        sequences) replaces the key-padding mask built from `valid`.
+        """
+        mask = key_padding_mask(valid) if mask is None else mask
+        return super().__call__(x, mask=mask, dropout_rng=dropout_rng, return_weights=return_weights)
 
 
 class CausalSelfAttention(MultiHeadAttention):
@@ -154,11 +158,16 @@ class CausalSelfAttention(MultiHeadAttention):
         x: jnp.ndarray,
         valid: jnp.ndarray,
         *,
+        mask: jnp.ndarray | None = None,
         dropout_rng: jax.Array | None = None,
         return_weights: bool = False,
     ) -> tuple[jnp.ndarray, jnp.ndarray | None]:
-        """x: [B, T, D]; valid: bool [B, T]. Returns ([B, T, D], weights [B, H, T, T] | None)."""
-        mask = combine_masks(causal_mask(x.shape[1]), key_padding_mask(valid))
+        """x: [B, T, D]; valid: bool [B, T]. Returns ([B, T, D], weights [B, H, T, T] | None).
+
+        `mask` (e.g. `segment_mask` of packed sequences) replaces the key-padding mask
+        built from `valid`; the causal mask is always applied.
+        """
+        mask = combine_masks(causal_mask(x.shape[1]), key_padding_mask(valid) if mask is None else mask)
         return super().__call__(
             x, mask=mask, dropout_rng=dropout_rng, return_weights=return_weights
         )
@@ -210,6 +219,7 @@ class CrossAttention(MultiHeadAttention):
         memory: jnp.ndarray | CrossKV,
         memory_valid: jnp.ndarray | None = None,
         *,
+        mask: jnp.ndarray | None = None,
         dropout_rng: jax.Array | None = None,
         return_weights: bool = False,
     ) -> tuple[jnp.ndarray, jnp.ndarray | None]:
@@ -218,11 +228,11 @@ class CrossAttention(MultiHeadAttention):
         Args:
           x: [B, T, D]; memory: encoder output [B, S, D_enc] with `memory_valid` bool [B, S],
             or a `CrossKV` from `precompute` (then `memory_valid` is taken from it).
+          mask: bool broadcastable to [B, H, T, S] replacing the key-padding mask of the
+            memory (packed pairs: `segment_mask(target_segments, source_segments)`).
         Returns:
           (output [B, T, D], weights [B, H, T, S] | None).
         """
         kv = memory if isinstance(memory, CrossKV) else self.precompute(memory, memory_valid)
-        return self.attend(
-            self.project_query(x), kv.key, kv.value, key_padding_mask(kv.valid),
-            dropout_rng, return_weights,
-        )
+        mask = key_padding_mask(kv.valid) if mask is None else mask
+        return self.attend(self.project_query(x), kv.key, kv.value, mask, dropout_rng, return_weights)

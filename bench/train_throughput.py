@@ -79,11 +79,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,8 +94,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.matmul_peak import DEFAULT_SIZES, device_info, measure_peaks, parse_sizes  # noqa: E402
+from bench.synthetic import PAD_ID, synthetic_batches  # noqa: E402
 
-BOS_ID, PAD_ID = 2, 0
 SIZES = {
     "tiny": {"d_model": 128, "num_encoder_layers": 4, "num_decoder_layers": 4, "num_heads": 4,
              "d_ff": 256},
@@ -106,9 +106,6 @@ FLOP_FORMULA = ("F_step = 6 * (P_src * N_src + P_tgt * N_tgt) + 12 * d_model * s
                 "[L_enc * S_i^2 + L_dec * (T_i^2 + T_i * S_i)]; P_src = encoder Linear kernels "
                 "+ decoder cross-attention key/value kernels, P_tgt = other decoder Linear "
                 "kernels + tied output projection (vocab x d_model); N, S_i, T_i non-pad")
-SYNTHETIC_MEAN, SYNTHETIC_STD, SYNTHETIC_MIN, SYNTHETIC_MAX = 16, 6, 4, 40
-FIRST_ID = 4  # ids below are pad, unk, bos, eos
-
 Batch = dict[str, np.ndarray]
 
 
@@ -139,13 +136,25 @@ class FlopCounter:
         return float(dense + attention)
 
     def batch_flops(self, batch: Batch) -> tuple[float, float]:
-        """(F_step on non-pad lengths, F_step on padded lengths) of one batch."""
+        """(F_step on the pairs' own lengths, F_step on the rows as computed) of one batch:
+        padded rows count their full length, packed rows (data/packing.py) their full
+        length too, attention included, while the first figure counts each pair alone."""
         src, tgt = batch["src"], batch["tgt_out"]
-        real = self.train_flops(np.count_nonzero(src != PAD_ID, axis=1),
-                                np.count_nonzero(tgt != PAD_ID, axis=1))
+        real = self.train_flops(*pair_lengths(batch))
         rows = src.shape[0]
         padded = self.train_flops(np.full(rows, src.shape[1]), np.full(rows, tgt.shape[1]))
         return real, padded
+
+
+def pair_lengths(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """Non-pad (source, target) lengths of every pair of a padded or packed batch."""
+    if "src_segments" not in batch:
+        return (np.count_nonzero(batch["src"] != PAD_ID, axis=1),
+                np.count_nonzero(batch["tgt_out"] != PAD_ID, axis=1))
+    src_seg, tgt_seg = batch["src_segments"], batch["tgt_segments"]
+    pairs = [(r, k) for r in range(src_seg.shape[0]) for k in range(1, int(src_seg[r].max()) + 1)]
+    return (np.array([np.count_nonzero(src_seg[r] == k) for r, k in pairs]),
+            np.array([np.count_nonzero(tgt_seg[r] == k) for r, k in pairs]))
 
 
 def count_matmul_params(model) -> FlopCounter:
@@ -172,63 +181,6 @@ def count_matmul_params(model) -> FlopCounter:
 
 
 # --------------------------------------------------------------------------- batches
-
-
-def synthetic_lengths(rng: np.random.Generator, size: int) -> np.ndarray:
-    """round(N(16, 6)) clipped to [4, 40]."""
-    lengths = np.rint(rng.normal(SYNTHETIC_MEAN, SYNTHETIC_STD, size))
-    return np.clip(lengths, SYNTHETIC_MIN, SYNTHETIC_MAX).astype(np.int64)
-
-
-def synthetic_batches(num_batches: int, batch_tokens: int, vocab_size: int = 8000,
-                      seed: int = 0, batch_multiple: int = 1) -> list[Batch]:
-    """The standard comparison batches (module docstring), deterministic for a seed.
-
-    Pairs are drawn one at a time (source length, target length, source ids, target
-    ids) and added to the open batch while (n + 1) * max(longest source, longest
-    target) <= batch_tokens; otherwise the batch is closed and the pair opens the next.
-    Row r of a batch: src = the source ids; tgt_out = the target ids; tgt_in = [bos] +
-    the target ids but the last (the decoder input), so both target arrays hold T_r
-    non-pad tokens. Each side is padded with 0 to its own batch maximum; with
-    `batch_multiple` > 1 all-pad rows are appended up to a multiple (data parallelism).
-    """
-    if batch_tokens < SYNTHETIC_MAX:
-        raise ValueError(f"batch_tokens={batch_tokens} cannot hold a {SYNTHETIC_MAX}-token pair")
-    if vocab_size <= FIRST_ID:
-        raise ValueError(f"vocab_size must exceed {FIRST_ID}, got {vocab_size}")
-    rng = np.random.default_rng(seed)
-
-    def draw() -> tuple[np.ndarray, np.ndarray]:
-        src_len, tgt_len = synthetic_lengths(rng, 2)
-        return rng.integers(FIRST_ID, vocab_size, src_len), rng.integers(FIRST_ID, vocab_size, tgt_len)
-
-    batches, pending = [], draw()
-    while len(batches) < num_batches:
-        pairs = [pending]
-        longest = max(len(pending[0]), len(pending[1]))
-        pending = draw()
-        while (len(pairs) + 1) * max(longest, len(pending[0]), len(pending[1])) <= batch_tokens:
-            pairs.append(pending)
-            longest = max(longest, len(pending[0]), len(pending[1]))
-            pending = draw()
-        batches.append(pad_pairs(pairs, batch_multiple))
-    return batches
-
-
-def pad_pairs(pairs: Sequence[tuple[np.ndarray, np.ndarray]], batch_multiple: int = 1) -> Batch:
-    """src / tgt_in / tgt_out int32 arrays of (source ids, target ids) pairs."""
-    rows = -(-len(pairs) // batch_multiple) * batch_multiple
-    src_len = max(len(s) for s, _ in pairs)
-    tgt_len = max(len(t) for _, t in pairs)
-    src = np.zeros((rows, src_len), np.int32)
-    tgt_in = np.zeros((rows, tgt_len), np.int32)
-    tgt_out = np.zeros((rows, tgt_len), np.int32)
-    for r, (s, t) in enumerate(pairs):
-        src[r, :len(s)] = s
-        tgt_out[r, :len(t)] = t
-        tgt_in[r, 0] = BOS_ID
-        tgt_in[r, 1:len(t)] = t[:-1]
-    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
 
 
 def multi30k_batches(cfg, num_batches: int, cache_dir: Path, batch_multiple: int
@@ -322,6 +274,7 @@ def run(args: argparse.Namespace) -> dict:
     from flax import nnx
 
     from data.batching import padding_fraction
+    from data.packing import pack_batch
     from evaluate import CompileTimer
     from models.training import (
         build_model,
@@ -343,6 +296,12 @@ def run(args: argparse.Namespace) -> dict:
         vocab = args.vocab_size
     else:
         batches, vocab, possible_shapes = multi30k_batches(cfg, total, args.cache_dir, mesh.size)
+    unpacked_padding = padding_fraction(batches[args.warmup:])
+    pack_length = cfg.data.pack_length if args.pack_length is None else args.pack_length
+    pack_start = time.perf_counter()
+    if pack_length:  # train.py does this in its input thread, off the step
+        batches = [pack_batch(b, pack_length, math.lcm(8, mesh.size)) for b in batches]
+    pack_ms = (time.perf_counter() - pack_start) / len(batches) * 1e3
     warm, measured = batches[:args.warmup], batches[args.warmup:]
 
     model = build_model(cfg, vocab, vocab, cfg.train.seed)
@@ -403,7 +362,7 @@ def run(args: argparse.Namespace) -> dict:
         "warmup": args.warmup,
         "tokens_per_sec": tgt_tokens / elapsed,
         "src_tgt_tokens_per_sec": (src_tokens + tgt_tokens) / elapsed,
-        "sentences_per_sec": sum(int(b["src"].any(axis=1).sum()) for b in measured) / elapsed,
+        "sentences_per_sec": sum(int(np.count_nonzero(pair_lengths(b)[0])) for b in measured) / elapsed,
         "step_time_s": step_time,
         "mean_tgt_tokens_per_step": tgt_tokens / len(measured),
         "mean_src_tokens_per_step": src_tokens / len(measured),
@@ -424,6 +383,9 @@ def run(args: argparse.Namespace) -> dict:
         "possible_bucket_shapes": possible_shapes,
         "compilations_after_warmup": recompiled,
         "padding_fraction": padding_fraction(measured),
+        "padding_fraction_unpacked": unpacked_padding,
+        "pack_length": pack_length,
+        "pack_ms_per_batch": pack_ms if pack_length else None,
         "params": int(params),
         "matmul_params": counter.matmul_params,
         "matmul_params_src": counter.src_params,
@@ -453,7 +415,8 @@ def print_table(result: dict) -> None:
         ("target tokens/s (non-pad)", fmt(result["tokens_per_sec"], ",.0f")),
         ("src+tgt tokens/s (non-pad)", fmt(result["src_tgt_tokens_per_sec"], ",.0f")),
         ("step time", f"{fmt(result['step_time_s'] * 1e3, '.1f')} ms"),
-        ("padding fraction", fmt(result["padding_fraction"], ".3f")),
+        ("padding fraction", f"{fmt(result['padding_fraction'], '.3f')} (before packing "
+                             f"{fmt(result['padding_fraction_unpacked'], '.3f')})"),
         ("model GFLOP/s", fmt(result["model_gflops_per_sec"], ".1f")),
         (f"matmul peak {result['peak_dtype']} GFLOP/s", fmt(result["peak_gflops"], ".1f")),
         ("MFU (non-pad / padded)", f"{fmt(result['mfu'], '.1%')} / "
@@ -479,6 +442,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--synthetic", action="store_true",
                         help="standard comparison batches instead of Multi30k")
     parser.add_argument("--vocab_size", type=int, default=8000, help="[8000]")
+    parser.add_argument("--pack_length", type=int, default=None,
+                        help="pack pairs into rows this long, 0 = off [the config's data.pack_length]")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                         help="model compute dtype; MFU is against this dtype's peak [float32]")
     parser.add_argument("--d_model", type=int, help="override the size's d_model")

@@ -43,6 +43,7 @@ def get_config() -> ml_collections.ConfigDict:
     data.max_length = 128  # training pairs longer than this (incl. eos) ...
     data.long_pairs = "drop"  # ... are dropped, or "truncate"d; eval never truncates
     data.bucket_step = 8  # padded lengths are multiples of this
+    data.pack_length = 64  # training: pack each batch's pairs into rows this long (0 = off)
 
     config.model = model = ml_collections.ConfigDict()
     model.d_model = 256

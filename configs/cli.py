@@ -219,7 +219,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         if value not in allowed:
             raise UserError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
     minimums = {"data.vocab_size": (data.vocab_size, 5), "data.max_length": (data.max_length, 2),
-                "data.bucket_step": (data.bucket_step, 1),
+                "data.bucket_step": (data.bucket_step, 1), "data.pack_length": (data.pack_length, 0),
                 "train.batch_tokens": (config.train.batch_tokens, 1),
                 "train.num_steps": (config.train.num_steps, 1),
                 "eval.beam_size": (config.eval.beam_size, 1),
@@ -229,6 +229,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     for key, (value, low) in minimums.items():
         if value < low:
             raise UserError(f"{key} must be at least {low}, got {value}")
+    for key in ("dropout", "attention_dropout"):
+        if not 0.0 <= config.model[key] < 1.0:
+            raise UserError(f"model.{key} must be in [0, 1), got {config.model[key]}")
     if config.model.d_model % config.model.num_heads:
         raise UserError(f"model.d_model={config.model.d_model} is not divisible by "
                         f"model.num_heads={config.model.num_heads}")

@@ -14,6 +14,7 @@ import numpy as np
 from flax import nnx
 
 from attention import CausalSelfAttention, CrossAttention, CrossKV, KVCache, SelfAttention
+from attention.dropout import dropout
 
 ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu}
 
@@ -21,14 +22,6 @@ ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu}
 def split_rng(rng: jax.Array | None, num: int) -> list[jax.Array | None]:
     """`num` independent keys from `rng`, or `num` Nones when dropout is off."""
     return [None] * num if rng is None else list(jax.random.split(rng, num))
-
-
-def dropout(x: jnp.ndarray, rate: float, rng: jax.Array | None) -> jnp.ndarray:
-    """Inverted dropout; identity when `rng` is None or rate is 0."""
-    if rng is None or rate == 0.0:
-        return x
-    keep = jax.random.bernoulli(rng, 1.0 - rate, x.shape)
-    return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
 
 
 def sinusoidal_positions(positions: jnp.ndarray, dim: int) -> jnp.ndarray:
@@ -127,11 +120,13 @@ class EncoderLayer(nnx.Module):
         self.attention_block = Residual(cfg, rngs=rngs)
         self.feed_forward_block = Residual(cfg, rngs=rngs)
 
-    def __call__(self, x, valid, dropout_rng=None, return_weights=False):
-        """x: [B, S, D]; valid: bool [B, S]. Returns ([B, S, D], weights [B, H, S, S] | None)."""
+    def __call__(self, x, valid, dropout_rng=None, return_weights=False, mask=None):
+        """x: [B, S, D]; valid: bool [B, S]; mask: optional attention mask replacing the
+        padding mask (packed sequences). Returns ([B, S, D], weights [B, H, S, S] | None)."""
         r = split_rng(dropout_rng, 4)
         x, weights = self.attention_block(
-            x, lambda h: self.attention(h, valid, dropout_rng=r[0], return_weights=return_weights),
+            x, lambda h: self.attention(h, valid, mask=mask, dropout_rng=r[0],
+                                        return_weights=return_weights),
             r[1],
         )
         x, _ = self.feed_forward_block(x, lambda h: (self.feed_forward(h, r[2]), None), r[3])
@@ -150,19 +145,23 @@ class DecoderLayer(nnx.Module):
         self.cross_block = Residual(cfg, rngs=rngs)
         self.feed_forward_block = Residual(cfg, rngs=rngs)
 
-    def __call__(self, y, valid, cross_kv: CrossKV, dropout_rng=None, return_weights=False):
+    def __call__(self, y, valid, cross_kv: CrossKV, dropout_rng=None, return_weights=False,
+                 self_mask=None, cross_mask=None):
         """Full-sequence (teacher-forced) pass.
 
-        y: [B, T, D]; valid: bool [B, T]; cross_kv: projected encoder memory.
+        y: [B, T, D]; valid: bool [B, T]; cross_kv: projected encoder memory; self_mask,
+        cross_mask: optional masks replacing the padding masks (packed sequences).
         Returns ([B, T, D], self weights [B, H, T, T] | None, cross weights [B, H, T, S] | None).
         """
         r = split_rng(dropout_rng, 6)
         y, self_w = self.self_block(
-            y, lambda h: self.self_attention(h, valid, dropout_rng=r[0], return_weights=return_weights),
+            y, lambda h: self.self_attention(h, valid, mask=self_mask, dropout_rng=r[0],
+                                             return_weights=return_weights),
             r[1],
         )
         y, cross_w = self.cross_block(
-            y, lambda h: self.cross_attention(h, cross_kv, dropout_rng=r[2], return_weights=return_weights),
+            y, lambda h: self.cross_attention(h, cross_kv, mask=cross_mask, dropout_rng=r[2],
+                                              return_weights=return_weights),
             r[3],
         )
         y, _ = self.feed_forward_block(y, lambda h: (self.feed_forward(h, r[4]), None), r[5])

@@ -21,6 +21,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from models.transformer import PAD_ID, Transformer
 
+PACKING_KEYS = ("src_segments", "tgt_segments", "src_positions", "tgt_positions")
+
 
 def build_model(cfg, src_vocab: int, tgt_vocab: int, seed: int) -> Transformer:
     """A freshly initialised `Transformer` from the full config."""
@@ -86,10 +88,12 @@ def token_losses(logits: jnp.ndarray, targets: jnp.ndarray, label_smoothing: flo
 def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_rng=None):
     """Mean loss over non-pad target tokens.
 
-    batch: {"src": [B, S], "tgt_in": [B, T], "tgt_out": [B, T]} int32.
+    batch: {"src": [B, S], "tgt_in": [B, T], "tgt_out": [B, T]} int32, plus the segments and
+    positions of data/packing.py when the rows are packed.
     Returns (mean smoothed loss, {"loss_sum", "nll_sum", "tokens"} float32 scalars).
     """
-    logits, _ = model(batch["src"], batch["tgt_in"], dropout_rng=dropout_rng)
+    packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
+    logits, _ = model(batch["src"], batch["tgt_in"], dropout_rng=dropout_rng, **packing)
     smoothed, nll = token_losses(logits, batch["tgt_out"], label_smoothing)
     weights = (batch["tgt_out"] != PAD_ID).astype(jnp.float32)
     tokens = jnp.sum(weights)

@@ -4,7 +4,9 @@ Token conventions (from `data/tokenizer.py`): pad = 0; the source is `tokens + [
 the decoder input is `[bos] + tokens`, the decoder target `tokens + [eos]`.
 
 Entry points:
-  * `model(src, tgt_in)` -> logits, the teacher-forced training pass;
+  * `model(src, tgt_in)` -> logits, the teacher-forced training pass; with the
+    `*_segments` / `*_positions` of data/packing.py it runs on packed rows, each
+    pair attending only within itself;
   * `encode` / `decode` for the two halves;
   * `init_decode_state` + `decode_step` for cached token-by-token decoding (search.py).
 With `return_weights=True` each entry point also returns the attention weights keyed
@@ -20,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import CrossKV, KVCache
+from attention import CrossKV, KVCache, segment_mask
 from models.layers import DecoderLayer, Embeddings, EncoderLayer, _norm, dropout, split_rng
 
 PAD_ID = 0
@@ -71,18 +73,22 @@ class Transformer(nnx.Module):
         self.encoder_norm = _norm(cfg, rngs) if cfg.pre_ln else None
         self.decoder_norm = _norm(cfg, rngs) if cfg.pre_ln else None
 
-    def encode(self, src: jnp.ndarray, *, dropout_rng=None, return_weights: bool = False):
+    def encode(self, src: jnp.ndarray, *, segments=None, positions=None, dropout_rng=None,
+               return_weights: bool = False):
         """Encode source ids.
 
-        src: int32 [B, S] (pad = 0). Returns (memory [B, S, D], src_valid bool [B, S],
+        src: int32 [B, S] (pad = 0); segments, positions: int32 [B, S] of packed rows
+        (data/packing.py) or None. Returns (memory [B, S, D], src_valid bool [B, S],
         encoder self-attention [L_enc, B, H, S, S] | None).
         """
         valid = src != PAD_ID
+        mask = None if segments is None else segment_mask(segments, segments)
+        positions = jnp.arange(src.shape[1]) if positions is None else positions
         r = split_rng(dropout_rng, len(self.encoder_layers) + 1)
-        x = dropout(self.source_embed(src, jnp.arange(src.shape[1])), self.dropout_rate, r[-1])
+        x = dropout(self.source_embed(src, positions), self.dropout_rate, r[-1])
         weights = []
         for layer, rng in zip(self.encoder_layers, r, strict=False):
-            x, w = layer(x, valid, rng, return_weights)
+            x, w = layer(x, valid, rng, return_weights, mask=mask)
             weights.append(w)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
@@ -93,18 +99,25 @@ class Transformer(nnx.Module):
         return tuple(layer.cross_attention.precompute(memory, src_valid)
                      for layer in self.decoder_layers)
 
-    def decode(self, tgt_in, memory, src_valid, *, dropout_rng=None, return_weights=False):
+    def decode(self, tgt_in, memory, src_valid, *, segments=None, positions=None,
+               src_segments=None, dropout_rng=None, return_weights=False):
         """Teacher-forced decoder pass.
 
-        tgt_in: int32 [B, T] (bos + tokens, pad = 0); memory: [B, S, D]; src_valid: bool [B, S].
+        tgt_in: int32 [B, T] (bos + tokens, pad = 0); memory: [B, S, D]; src_valid: bool [B, S];
+        segments, positions: int32 [B, T] and src_segments int32 [B, S] of packed rows, or None.
         Returns (logits float32 [B, T, V], {"decoder_self": [L, B, H, T, T], "cross": [L, B, H, T, S]} | None).
         """
         valid = tgt_in != PAD_ID
+        self_mask = cross_mask = None
+        if segments is not None:
+            self_mask = segment_mask(segments, segments)
+            cross_mask = segment_mask(segments, src_segments)
+        positions = jnp.arange(tgt_in.shape[1]) if positions is None else positions
         r = split_rng(dropout_rng, len(self.decoder_layers) + 1)
-        y = dropout(self.target_embed(tgt_in, jnp.arange(tgt_in.shape[1])), self.dropout_rate, r[-1])
+        y = dropout(self.target_embed(tgt_in, positions), self.dropout_rate, r[-1])
         self_ws, cross_ws = [], []
         for layer, kv, rng in zip(self.decoder_layers, self.cross_kv(memory, src_valid), r, strict=False):
-            y, self_w, cross_w = layer(y, valid, kv, rng, return_weights)
+            y, self_w, cross_w = layer(y, valid, kv, rng, return_weights, self_mask, cross_mask)
             self_ws.append(self_w)
             cross_ws.append(cross_w)
         if self.decoder_norm is not None:
@@ -113,16 +126,21 @@ class Transformer(nnx.Module):
         weights = {"decoder_self": _stack(self_ws), "cross": _stack(cross_ws)} if return_weights else None
         return logits, weights
 
-    def __call__(self, src, tgt_in, *, dropout_rng=None, return_weights=False):
+    def __call__(self, src, tgt_in, *, src_segments=None, tgt_segments=None, src_positions=None,
+                 tgt_positions=None, dropout_rng=None, return_weights=False):
         """Training / teacher-forced forward pass.
 
-        src: int32 [B, S]; tgt_in: int32 [B, T]. Returns (logits float32 [B, T, V],
-        weights dict {"encoder_self", "decoder_self", "cross"} | None).
+        src: int32 [B, S]; tgt_in: int32 [B, T]; for packed rows (data/packing.py) also
+        src_segments, src_positions int32 [B, S] and tgt_segments, tgt_positions int32
+        [B, T]. Returns (logits float32 [B, T, V], weights dict {"encoder_self",
+        "decoder_self", "cross"} | None).
         """
         enc_rng, dec_rng = split_rng(dropout_rng, 2)
-        memory, src_valid, enc_w = self.encode(src, dropout_rng=enc_rng, return_weights=return_weights)
+        memory, src_valid, enc_w = self.encode(src, segments=src_segments, positions=src_positions,
+                                               dropout_rng=enc_rng, return_weights=return_weights)
         logits, weights = self.decode(
-            tgt_in, memory, src_valid, dropout_rng=dec_rng, return_weights=return_weights
+            tgt_in, memory, src_valid, segments=tgt_segments, positions=tgt_positions,
+            src_segments=src_segments, dropout_rng=dec_rng, return_weights=return_weights,
         )
         if return_weights:
             weights = {"encoder_self": enc_w, **weights}
