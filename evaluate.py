@@ -186,38 +186,6 @@ def read_inputs(cfg: ml_collections.ConfigDict, split: str | None, source: str |
     return inputs
 
 
-class CompileTimer:
-    """Wall time JAX spends tracing/lowering/compiling (or loading compiled programs from
-    the persistent cache) while active: the union of its `/jax/core/compile/*` spans."""
-
-    def __init__(self):
-        self.spans: list[tuple[float, float]] = []
-
-    def _listener(self, event: str, start: float, end: float, **kwargs) -> None:
-        if event.startswith("/jax/core/compile/"):
-            self.spans.append((start, end))
-
-    def __enter__(self):
-        import jax
-
-        jax.monitoring.register_event_time_span_listener(self._listener)
-        return self
-
-    def __exit__(self, *exc):
-        import jax
-
-        jax.monitoring.unregister_event_time_span_listener(self._listener)
-
-    @property
-    def seconds(self) -> float:
-        total, reach = 0.0, float("-inf")
-        for start, end in sorted(self.spans):
-            if end > reach:
-                total += end - max(start, reach)
-                reach = end
-        return total
-
-
 def clean_line(text: str) -> str:
     """A hypothesis as one file line: no line breaks, no surrounding whitespace (so the
     scores computed here equal sacreBLEU run on the written file)."""
@@ -231,6 +199,7 @@ def translate_lines(model, tokenizer, sources: list[str], *, beam_size: int,
 
     Returns (hypotheses in input order, timing dict).
     """
+    from models.timing import CompileTimer
     from models.translate import translate_ids
 
     todo = [i for i, s in enumerate(sources) if s]

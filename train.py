@@ -62,6 +62,7 @@ from data.corpora import load_corpus
 from data.packing import pack_batch
 from data.tokenizer import encode_for_training, load_or_train_tokenizer
 from models import checkpoint as ckpt
+from models.timing import CompileTimer
 from models.training import (
     build_model,
     build_optimizer,
@@ -346,6 +347,7 @@ def train(cfg, workdir: Path) -> int:
     pending, window_start, window_tokens = [], time.time(), 0
     session_start, trained_before = time.time(), meta["train_seconds"]
     exit_code = 0
+    compile_timer = CompileTimer().start()  # XLA compilation (or cache loads) of this run
 
     def save_checkpoint(bleu: float | None = None) -> None:
         meta["train_seconds"] = trained_before + time.time() - session_start
@@ -381,7 +383,7 @@ def train(cfg, workdir: Path) -> int:
                 lr = float(schedule(step - 1))
                 log.write(step, "train", loss=float(loss), learning_rate=lr,
                           tokens_per_sec=tokens_per_sec, grad_norm=float(sums[-1]["grad_norm"]),
-                          epoch=epoch)
+                          epoch=epoch, compile_seconds=compile_timer.seconds)
                 progress.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_sec:.0f}")
                 pending, window_start, window_tokens = [], time.time(), 0
             bleu = None
@@ -410,6 +412,9 @@ def train(cfg, workdir: Path) -> int:
         manager.wait_until_finished()
         progress.close()
         log.close()
+        compile_timer.stop()
+    print(f"attnmt: {compile_timer.seconds:.1f} s of this session went to compiling "
+          "(train, eval and decoding programs)", file=sys.stderr)
     if exit_code:  # stopped by a signal; printed last, after the progress bar's final line
         name = "SIGINT" if stop.signum == signal.SIGINT else "SIGTERM"
         on_disk = manager.all_steps(read=True)  # what a resume will find, not what was asked

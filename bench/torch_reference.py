@@ -72,7 +72,8 @@ def build(size: str, vocab: int, dropout: float):
             """src [B, S], tgt_in [B, T] int64 -> logits [B, T, vocab]."""
             s = self.embed(src) * self.scale + self.positions[: src.shape[1]]
             t = self.embed(tgt_in) * self.scale + self.positions[: tgt_in.shape[1]]
-            causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1])
+            length = tgt_in.shape[1]  # True = masked, the same mask type as the padding masks
+            causal = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)
             src_pad, tgt_pad = src == PAD_ID, tgt_in == PAD_ID
             h = self.transformer(s, t, tgt_mask=causal, src_key_padding_mask=src_pad,
                                  tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad,

@@ -275,7 +275,7 @@ def run(args: argparse.Namespace) -> dict:
 
     from data.batching import padding_fraction
     from data.packing import pack_batch
-    from evaluate import CompileTimer
+    from models.timing import CompileTimer
     from models.training import (
         build_model,
         build_optimizer,

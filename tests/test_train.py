@@ -133,13 +133,29 @@ def test_train_step_compiles_once_per_bucket_shape():
     assert step._cache_size() == len(batcher.shapes())
     assert int(state["step"]) == 2 * batcher.num_batches
 
+    # Packed batches (data/packing.py): one compilation per distinct packed shape.
+    from data.packing import pack_batch
+
+    packed_step = make_train_step(nnx.graphdef(model), optimizer, cfg.train)
+    shapes = set()
+    for epoch in range(2):
+        for index in range(batcher.num_batches):
+            batch = pack_batch(batcher.batch(epoch, index), 32)
+            batch.pop("num_tokens")
+            shapes.add(batch["src"].shape)
+            state, _ = packed_step(state, shard_batch(batch, mesh))
+    jax.block_until_ready(state)
+    assert packed_step._cache_size() == len(shapes) < batcher.num_batches
+
 
 def test_data_parallel_over_two_devices(tmp_path):
-    """The same train.py shards batches over every local device (two simulated CPU devices)."""
+    """The same train.py shards (packed) batches over every local device (two simulated CPU
+    devices)."""
     workdir = tmp_path / "dp"
     result = run_script(
         "train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
         "--config.train.num_steps=20", "--config.attention_maps.enabled=False",
+        "--config.data.pack_length=32",  # packed rows, split over the devices too
         env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
     )
     assert result.returncode == 0, result.stderr[-2000:]
