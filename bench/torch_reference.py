@@ -9,8 +9,9 @@ machine, in the same run conditions, and with both token counts, rather than quo
 
 Model: token embedding (shared by source, target and the output projection, scaled by
 sqrt(d_model)) + sinusoidal positions, `nn.Transformer(d_model, heads, L, L, d_ff,
-dropout, batch_first=True, norm_first=True)` (its attention dropout is the same
-`dropout`: nn.Transformer ties them), causal target mask and key-padding masks, label
+dropout, batch_first=True, norm_first=True)` with the attention dropout of its
+MultiheadAttention modules set to 0 (attnmt's presets have none; nn.Transformer ties it
+to `dropout`), causal target mask and key-padding masks, label
 smoothing 0.1 with padding ignored, AdamW (lr 1e-3, betas 0.9/0.98, eps 1e-9) with
 global-norm clipping at 1.0: the same full training step as bench/train_throughput.py.
 
@@ -62,6 +63,9 @@ def build(size: str, vocab: int, dropout: float):
             self.transformer = nn.Transformer(d, dims["heads"], dims["layers"], dims["layers"],
                                               dims["d_ff"], dropout, batch_first=True,
                                               norm_first=True)
+            for module in self.transformer.modules():  # no attention dropout, as attnmt's presets
+                if isinstance(module, nn.MultiheadAttention):
+                    module.dropout = 0.0
             position = torch.arange(256, dtype=torch.float32)[:, None]
             inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2) / d)
             table = torch.zeros(256, d)
