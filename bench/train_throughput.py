@@ -432,8 +432,8 @@ def print_table(result: dict) -> None:
         print(f"{name:<{width}}  {value}")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str] | None = None, description: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), required=True)
     parser.add_argument("--steps", type=int, default=20, help="measured steps [20]")
     parser.add_argument("--warmup", type=int, default=3,

@@ -103,3 +103,20 @@ def test_flop_formula_counts_attention_and_dense_terms():
     real, padded = counter.batch_flops(batch)
     assert real == counter.train_flops(np.array([3, 1]), np.array([2, 1]))
     assert padded == counter.train_flops(np.array([4, 4]), np.array([2, 2]))
+
+
+def test_compile_profile_smoke(tmp_path):
+    out = tmp_path / "compile.json"
+    result = run_script(
+        "bench/compile_profile.py", "--size", "tiny", "--layers", "1", "--d_model", "32",
+        "--d_ff", "64", "--num_heads", "2", "--vocab_size", "300",
+        "--cache_dir", str(tmp_path / "cache"), "--json", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["layers"] == 1 and data["backend"] == "cpu"
+    for part in ("trace+lower", "step", "forward", "forward+backward", "optimizer"):
+        assert data[part]["seconds"] > 0, part
+    counts = {part: data[part]["hlo_instructions"] for part in ("step", "forward", "forward+backward")}
+    # The gradient program contains the forward pass; the full step contains both.
+    assert counts["step"] > counts["forward+backward"] > counts["forward"] > 0
+    assert "forward+backward" in result.stdout

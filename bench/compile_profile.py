@@ -1,0 +1,110 @@
+"""Where the compile time of one train step goes, for one batch shape.
+
+    python bench/compile_profile.py --size tiny|base [--layers L] [--json OUT]
+
+Takes bench/train_throughput.py's options (model presets and overrides, --vocab_size,
+--cache_dir; its timing options are ignored) and its first Multi30k batch (the project's
+own pipeline), and compiles, each from scratch and timed on its own:
+
+  * `trace+lower`: tracing the full train step to StableHLO (`jit(...).lower`);
+  * `step`: XLA compiling that full step (forward, backward, AdamW, non-finite guard);
+  * `forward`, `forward+backward`, `optimizer`: the loss alone, `value_and_grad` of it,
+    and the AdamW update alone, as separate programs (their sum exceeds `step`:
+    XLA shares work inside one program);
+
+with the number of instructions of each optimized HLO module. Set XLA_FLAGS to compare
+compiler options. The persistent compilation cache is not used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.train_throughput import make_config, multi30k_batches, parse_args  # noqa: E402
+
+PARTS = ("trace+lower", "step", "forward", "forward+backward", "optimizer")
+
+
+def timed_compile(lowered) -> tuple[float, int]:
+    """(seconds XLA takes to compile `lowered`, instructions in the optimized HLO)."""
+    start = time.perf_counter()
+    compiled = lowered.compile()
+    seconds = time.perf_counter() - start
+    text = compiled.as_text()
+    return seconds, sum(1 for line in text.splitlines() if " = " in line)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Compile the step and its parts once each; returns {part: {"seconds", "hlo_instructions"}}."""
+    import jax
+    import optax
+    from flax import nnx
+
+    from models.training import (
+        batch_loss,
+        build_model,
+        build_optimizer,
+        init_train_state,
+        make_mesh,
+        make_train_step,
+        replicate,
+        shard_batch,
+    )
+
+    cfg = make_config(args)
+    mesh = make_mesh()
+    batches, vocab, _ = multi30k_batches(cfg, 1, args.cache_dir, mesh.size)
+    model = build_model(cfg, vocab, vocab, cfg.train.seed)
+    optimizer = build_optimizer(cfg.train)
+    state = replicate(init_train_state(model, optimizer), mesh)
+    batch = shard_batch(batches[0], mesh)
+    graphdef, key = nnx.graphdef(model), jax.random.key(0)
+
+    def loss(params, batch):
+        return batch_loss(nnx.merge(graphdef, params), batch, cfg.train.label_smoothing, key)[0]
+
+    def update(state, grads):
+        updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+        return optax.apply_updates(state["params"], updates), opt_state
+
+    result = {"size": args.size, "layers": cfg.model.num_encoder_layers,
+              "shape": "x".join(map(str, (*batches[0]["src"].shape, batches[0]["tgt_out"].shape[1]))),
+              "state_arrays": len(jax.tree.leaves(state)), "backend": jax.default_backend()}
+    start = time.perf_counter()
+    lowered = make_train_step(graphdef, optimizer, cfg.train).lower(state, batch)
+    result["trace+lower"] = {"seconds": time.perf_counter() - start, "hlo_instructions": None}
+    parts = {
+        "step": lowered,
+        "forward": jax.jit(loss).lower(state["params"], batch),
+        "forward+backward": jax.jit(jax.value_and_grad(loss)).lower(state["params"], batch),
+        "optimizer": jax.jit(update).lower(state, state["params"]),
+    }
+    for name, part in parts.items():
+        seconds, instructions = timed_compile(part)
+        result[name] = {"seconds": seconds, "hlo_instructions": instructions}
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv, description=__doc__.split("\n\n")[0])
+    result = run(args)
+    print(f"{args.size}, {result['layers']}+{result['layers']} layers, batch {result['shape']}, "
+          f"{result['state_arrays']} state arrays, {result['backend']}")
+    for name in PARTS:
+        count = result[name]["hlo_instructions"]
+        print(f"  {name:<18} {result[name]['seconds']:7.2f} s"
+              + ("" if count is None else f"   {count:>7,} HLO instructions"))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
