@@ -13,19 +13,22 @@ own pipeline), and compiles, each from scratch and timed on its own:
     XLA shares work inside one program);
 
 with the number of instructions of each optimized HLO module. Set XLA_FLAGS to compare
-compiler options. The persistent compilation cache is not used.
+compiler options. The persistent compilation cache is switched off, so every compile is
+a real one even where the environment sets JAX_COMPILATION_CACHE_DIR.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
+from bench import write_json  # noqa: E402
 from bench.train_throughput import make_config, multi30k_batches, parse_args  # noqa: E402
 
 PARTS = ("trace+lower", "step", "forward", "forward+backward", "optimizer")
@@ -57,6 +60,7 @@ def run(args: argparse.Namespace) -> dict:
         shard_batch,
     )
 
+    jax.config.update("jax_enable_compilation_cache", False)
     cfg = make_config(args)
     mesh = make_mesh()
     batches, vocab, _ = multi30k_batches(cfg, 1, args.cache_dir, mesh.size)
@@ -101,8 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"  {name:<18} {result[name]['seconds']:7.2f} s"
               + ("" if count is None else f"   {count:>7,} HLO instructions"))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)
     return result
 
 

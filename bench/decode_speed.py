@@ -35,7 +35,6 @@ Multi30k literature are reported as a sanity check that the model decodes proper
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -43,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench import write_json  # noqa: E402
 from bench.matmul_peak import DEFAULT_SIZES, device_info, measure_peaks, parse_sizes  # noqa: E402
 from bench.train_throughput import count_matmul_params, device_peak_mb, peak_rss_mb  # noqa: E402
 
@@ -191,8 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
         sys.exit(2)
     print_table(result)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+        write_json(args.json, result)
     return result
 
 

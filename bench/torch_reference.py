@@ -25,7 +25,6 @@ adds the non-pad source tokens, as bench/train_throughput.py does.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import platform
 import sys
@@ -38,6 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench import write_json  # noqa: E402
 from bench.synthetic import PAD_ID, synthetic_batches  # noqa: E402
 
 SIZES = {
@@ -162,8 +162,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['src_tgt_tokens_per_sec']:,.0f} src+tgt tok/s, "
           f"{result['step_time_s'] * 1e3:.0f} ms/step")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)
     return 0
 
 

@@ -78,7 +78,6 @@ peak is measured); `device_peak_mb` = the device allocator's peak where it repor
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import resource
@@ -93,6 +92,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench import write_json  # noqa: E402
 from bench.matmul_peak import DEFAULT_SIZES, device_info, measure_peaks, parse_sizes  # noqa: E402
 from bench.synthetic import PAD_ID, synthetic_batches  # noqa: E402
 
@@ -469,8 +469,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = run(args)
     print_table(result)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)
     return result
 
 
