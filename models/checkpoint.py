@@ -135,20 +135,47 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict) -> 
     """Restore (state, meta) of `step` into the structure/shardings of `abstract_state`.
 
     Raises UserError naming the step directory if the checkpoint is truncated, corrupted
-    (CRC mismatch) or does not fit `abstract_state`.
+    (CRC mismatch) or does not fit `abstract_state`. Checkpoints written before the train
+    state held plain dicts (each parameter and Adam moment an nnx Variable, its array under
+    "value") are read too.
     """
     _ignore_abandoned_reads()
     try:
-        restored = manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        restored = _restore_items(manager, step, abstract_state)
     except Exception as err:  # orbax raises many types for damaged files
-        raise _damaged(manager, step, f"cannot be restored ({_first_line(err)})") from err
+        if "tree structures do not match" not in str(err):
+            raise _damaged(manager, step, f"cannot be restored ({_first_line(err)})") from err
+        try:
+            restored = _restore_items(manager, step, _as_variables(abstract_state))
+        except Exception:  # noqa: BLE001 - not the old layout either: report the first error
+            raise _damaged(manager, step, f"cannot be restored ({_first_line(err)})") from err
+        restored["state"] = jax.tree.map(lambda x: x["value"] if isinstance(x, dict) else x,
+                                         restored["state"], is_leaf=_is_variable)
     state, meta = restored["state"], dict(restored["meta"])
     expected = meta.pop(CHECKSUM_KEY, None)
     if expected is not None and state_checksum(state) != expected:
         raise _damaged(manager, step, "is corrupted: its arrays do not match the CRC-32 saved "
                                       "with them")
     return state, meta
+
+
+def _restore_items(manager: ocp.CheckpointManager, step: int, abstract_state) -> dict:
+    return dict(manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore())))
+
+
+def _as_variables(abstract_state: dict) -> dict:
+    """The old layout of `abstract_state`: each array inside a nested dict (parameters,
+    Adam moments) wrapped as {"value": array}, as an nnx Variable was stored."""
+    def wrap(path, leaf):
+        nested = sum(isinstance(key, jax.tree_util.DictKey) for key in path) >= 2
+        return {"value": leaf} if nested else leaf
+
+    return jax.tree_util.tree_map_with_path(wrap, abstract_state)
+
+
+def _is_variable(x) -> bool:
+    return isinstance(x, dict) and set(x) == {"value"}
 
 
 def abstract_of(tree):

@@ -163,3 +163,41 @@ def test_data_parallel_over_two_devices(tmp_path):
     train = [m for m in read_metrics(workdir) if m["split"] == "train"]
     assert train[-1]["step"] == 20 and np.isfinite(train[-1]["loss"])
     assert train[-1]["loss"] < train[0]["loss"]
+
+
+def test_checkpoint_of_the_old_nnx_variable_layout_restores_into_plain_dicts(tmp_path):
+    """Checkpoints saved while the train state held nnx Variables (before plain dicts) load
+    into today's layout with the same arrays; a damaged one is still refused."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from configs import smoke
+    from configs.errors import UserError
+    from models import checkpoint as ckpt
+    from models.training import build_model, build_optimizer, init_train_state
+
+    cfg = smoke.get_config()
+    model = build_model(cfg, 50, 50, 0)
+    optimizer = build_optimizer(cfg.train)
+    old_params = jax.tree.map(lambda x: x + 1.0, nnx.state(model, nnx.Param))
+    old = {"step": jnp.array(7, jnp.int32), "params": old_params,
+           "opt_state": optimizer.init(old_params), "nonfinite_step": jnp.array(-1, jnp.int32)}
+    assert any(".value" in jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(old))
+    manager = ckpt.make_manager(tmp_path / "checkpoints", keep=2)
+    ckpt.save(manager, 7, old, {"epoch": 0})
+    manager.wait_until_finished()
+
+    today = init_train_state(model, optimizer)
+    assert isinstance(today["params"], dict)
+    state, meta = ckpt.restore(manager, 7, ckpt.abstract_of(today))
+    assert meta["epoch"] == 0 and int(state["step"]) == 7
+    assert jax.tree.structure(state) == jax.tree.structure(today)
+    expected = flat(old_params.to_pure_dict())
+    for key, value in flat(state["params"]).items():
+        np.testing.assert_array_equal(value, expected[key])
+
+    # A model of another shape fits neither layout: the error names the step.
+    other = build_model(cfg, 60, 60, 0)  # another vocabulary
+    with pytest.raises(UserError, match="checkpoint step 7"):
+        ckpt.restore(manager, 7, ckpt.abstract_of(init_train_state(other, optimizer)))
