@@ -93,7 +93,7 @@ LOCKED_ON_RESUME = ("data.", "model.")
 UNLOCKABLE = ("data.data_dir", "data.hf_cache_dir", "data.pack_length", "data.valid_source",
               "data.valid_target",
               "data.test_source", "data.test_target", "model.dropout", "model.attention_dropout",
-              "model.attention_impl", "model.dtype")
+              "model.attention_impl", "model.embedding_grad", "model.dtype")
 
 
 class MetricsLog:

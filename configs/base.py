@@ -64,6 +64,9 @@ def get_config() -> ml_collections.ConfigDict:
     model.dtype = "float32"
     model.param_dtype = "float32"
     model.attention_impl = "auto"
+    # Gradient of the embedding tables: "one_hot" matmul or "scatter"-add; "auto" = one_hot
+    # on GPU/TPU, scatter on CPU (models/layers.py embedding_lookup).
+    model.embedding_grad = "auto"
 
     config.train = train = ml_collections.ConfigDict()
     train.num_steps = 20000
