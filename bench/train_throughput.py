@@ -258,6 +258,9 @@ def make_config(args: argparse.Namespace):
             cfg.model[key] = getattr(args, key)
     if args.layers is not None:
         cfg.model.num_encoder_layers = cfg.model.num_decoder_layers = args.layers
+    for key in ("attention_impl", "embedding_grad"):
+        if getattr(args, key, None):
+            cfg.model[key] = getattr(args, key)
     cfg.model.dtype = args.dtype
     cfg.data.vocab_size = args.vocab_size
     cfg.train.batch_tokens = args.batch_tokens
@@ -355,7 +358,8 @@ def run(args: argparse.Namespace) -> dict:
         "synthetic": args.synthetic,
         "model": {k: cfg.model[k] for k in ("d_model", "num_encoder_layers",
                                             "num_decoder_layers", "num_heads", "d_ff",
-                                            "dropout", "dtype", "share_embeddings")},
+                                            "dropout", "dtype", "share_embeddings",
+                                            "attention_impl", "embedding_grad")},
         "vocab_size": vocab,
         "batch_tokens": args.batch_tokens,
         "steps": len(measured),
@@ -450,6 +454,10 @@ def parse_args(argv: list[str] | None = None, description: str | None = None) ->
     parser.add_argument("--num_heads", type=int, help="override the size's heads")
     parser.add_argument("--d_ff", type=int, help="override the size's d_ff")
     parser.add_argument("--layers", type=int, help="override encoder and decoder layers")
+    parser.add_argument("--attention_impl", choices=("auto", "xla", "cudnn"),
+                        help="override model.attention_impl [auto]")
+    parser.add_argument("--embedding_grad", choices=("auto", "scatter", "one_hot"),
+                        help="override model.embedding_grad [auto]")
     parser.add_argument("--peak_sizes", type=parse_sizes, default=DEFAULT_SIZES,
                         help="matmul sizes for the peak [1024,2048,4096]")
     parser.add_argument("--peak_repeats", type=int, default=5, help="[5]")

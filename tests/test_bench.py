@@ -120,3 +120,50 @@ def test_compile_profile_smoke(tmp_path):
     # The gradient program contains the forward pass; the full step contains both.
     assert counts["step"] > counts["forward+backward"] > counts["forward"] > 0
     assert "forward+backward" in result.stdout
+
+
+def test_step_profile_smoke(tmp_path):
+    out, hlo = tmp_path / "profile.json", tmp_path / "step.txt.gz"
+    result = run_script(
+        "bench/step_profile.py", "--size", "tiny", "--layers", "1", "--d_model", "32",
+        "--d_ff", "64", "--num_heads", "2", "--vocab_size", "300", "--batch_tokens", "256",
+        "--steps", "2", "--parts", "--hlo", str(hlo), "--cache_dir", str(tmp_path / "cache"),
+        "--json", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["variant"] for r in rows] == ["nnx", "pure", "pure_flat"]
+    for row in rows:
+        assert row["step_ms"] > 0 and row["identity_ms"] > 0 and row["compile_s"] > 0
+        assert row["embedding_grad"] == "auto" and 0 <= row["padding_fraction"] < 1
+    assert all(rows[0][k] > 0 for k in ("forward_ms", "forward_backward_ms", "optimizer_ms"))
+    import gzip
+
+    with gzip.open(hlo, "rt") as file:
+        assert "ENTRY" in file.read()
+
+
+def test_step_profile_trace_summary_counts_device_kernels(tmp_path):
+    import gzip
+
+    from bench.step_profile import trace_summary
+
+    folder = tmp_path / "plugins" / "profile" / "run"
+    folder.mkdir(parents=True)
+    events = [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
+        {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+        {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 500, "name": "python"},
+        # two steps: a GEMM overlapping a fusion on another stream, then the fusion again
+        {"ph": "X", "pid": 2, "tid": 7, "ts": 100, "dur": 40, "name": "gemm"},
+        {"ph": "X", "pid": 2, "tid": 8, "ts": 120, "dur": 40, "name": "fusion"},
+        {"ph": "X", "pid": 2, "tid": 7, "ts": 200, "dur": 20, "name": "fusion"},
+    ]
+    with gzip.open(folder / "perfetto_trace.json.gz", "wt") as file:
+        json.dump({"traceEvents": events}, file)
+    summary = trace_summary(tmp_path, steps=2)
+    assert summary["kernels_per_step"] == 1.5
+    assert summary["kernel_ms_per_step"] == 0.05  # (40 + 40 + 20) us / 2 steps
+    assert summary["device_busy_ms_per_step"] == 0.04  # union: 100-160 and 200-220
+    assert summary["device_span_ms_per_step"] == 0.06  # 100 to 220
+    assert [k["name"] for k in summary["top_kernels"]] == ["fusion", "gemm"]
+    assert summary["top_kernels"][0]["calls_per_step"] == 1.0
