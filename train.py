@@ -54,7 +54,7 @@ from tqdm import tqdm
 
 from attention.mapfile import save_maps
 from attention.plotting import heatmap_image_array, preview_pngs
-from configs import cli
+from configs import base, cli
 from configs.cli import config_diff, load_config_json, write_config_json
 from configs.errors import UserError
 from data.batching import TrainBatcher, eval_batches, prefetch
@@ -155,8 +155,12 @@ def check_resume_config(cfg, workdir: Path) -> None:
     """Refuse to resume under a config that changed the model, data or vocabulary."""
     saved = load_config_json(workdir)
     allowed = tuple(FLAGS.allow_config_change)
+    # A field added to configs/base.py after the run started is no change while it holds
+    # its default (the default keeps what the code did before the field existed).
+    saved_keys, defaults = cli.flatten_config(saved), cli.flatten_config(base.get_config())
     diff = [(k, old, new) for k, old, new in config_diff(saved, cfg)
-            if not k.startswith(SAFE_ON_RESUME)]
+            if not k.startswith(SAFE_ON_RESUME)
+            and not (k not in saved_keys and k in defaults and new == defaults[k])]
     locked = [d for d in diff if d[0].startswith(LOCKED_ON_RESUME) and d[0] not in UNLOCKABLE]
     unsafe = [d for d in diff if d not in locked and d[0] not in allowed]
 

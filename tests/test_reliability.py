@@ -265,6 +265,21 @@ def test_resume_needs_the_flag_for_other_fields(trained):
     assert snapshot(trained) == before
 
 
+def test_resume_accepts_a_config_saved_before_a_field_was_added(trained):
+    """config.json written before model.embedding_grad existed: its default is no change,
+    another value still needs the flag."""
+    path = trained / "config.json"
+    saved = json.loads(path.read_text())
+    del saved["model"]["embedding_grad"]
+    path.write_text(json.dumps(saved))
+    result = train("--workdir", str(trained), "--config.model.embedding_grad=one_hot")
+    assert_one_line_error(result, 2, "model.embedding_grad: None -> 'one_hot'",
+                          "--allow_config_change=model.embedding_grad")
+    result = train("--workdir", str(trained))  # num_steps (40) already reached
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "differs" not in result.stderr
+
+
 def test_resume_refuses_changed_training_data_under_the_same_config(trained, tmp_path):
     data_dir = tmp_path / "multi30k"
     data_dir.mkdir()
