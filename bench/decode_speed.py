@@ -22,7 +22,7 @@ The whole set is translated twice in the same process:
 `mfu` is null: decoding is latency-bound and its work depends on how long each batch
 runs before its early exit. `mfu_approx` is a lower-bound sketch, forward matmuls only:
     F = 2 * P_src * N_src + 2 * P_tgt * beam_size * sum_i (len_i + 1)
-with P_src / P_tgt from `train_throughput.count_matmul_params` (the decoder weights
+with P_src / P_tgt from `bench.flops.count_matmul_params` (the decoder weights
 and the tied output projection run once per hypothesis and step; len_i + 1 counts the
 eos step), attention and padded / finished rows not counted; divided by the decode
 time and the matmul peak of the model's dtype measured in this run.
@@ -43,8 +43,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import write_json  # noqa: E402
+from bench.flops import count_matmul_params  # noqa: E402
 from bench.matmul_peak import DEFAULT_SIZES, device_info, measure_peaks, parse_sizes  # noqa: E402
-from bench.train_throughput import count_matmul_params, device_peak_mb, peak_rss_mb  # noqa: E402
+from bench.train_throughput import device_peak_mb, peak_rss_mb  # noqa: E402
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -46,9 +46,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import write_json  # noqa: E402
+from bench.flops import count_matmul_params  # noqa: E402
 from bench.matmul_peak import device_info  # noqa: E402
 from bench.train_throughput import (  # noqa: E402
-    count_matmul_params,
     make_config,
     multi30k_batches,
     shape_of,

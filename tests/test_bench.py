@@ -15,8 +15,8 @@ from conftest import REPO, run_script
 
 sys.path.insert(0, str(REPO))
 
+from bench.flops import FlopCounter  # noqa: E402
 from bench.synthetic import SYNTHETIC_MAX, SYNTHETIC_MIN, synthetic_batches  # noqa: E402
-from bench.train_throughput import FlopCounter  # noqa: E402
 
 TRAIN_KEYS = {
     "tokens_per_sec", "src_tgt_tokens_per_sec", "step_time_s", "mfu", "mfu_padded",
