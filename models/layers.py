@@ -49,7 +49,8 @@ def embedding_lookup(table: jnp.ndarray, ids: jnp.ndarray, dtype, grad: str = "a
     gradients [N, D] in `dtype` on the matrix units; "auto" takes "one_hot" on GPU/TPU and
     "scatter" on CPU. On an H100 the bf16 scatter of a 32,768-token batch of the base model
     took 37.7 of its 94.8 ms step (repeated ids serialise the adds); the one-hot product is
-    2 * N * V * D FLOPs, negligible there but not on a CPU (bench/README.md, GPU).
+    2 * N * V * D FLOPs and an N x V buffer in `dtype` (N tokens of the batch), negligible
+    there but not on a CPU (bench/README.md, GPU).
     """
     return jnp.take(table, ids, axis=0).astype(dtype)
 
