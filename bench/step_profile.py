@@ -47,13 +47,14 @@ if str(REPO) not in sys.path:
 
 from bench import write_json  # noqa: E402
 from bench.flops import count_matmul_params  # noqa: E402
-from bench.matmul_peak import device_info  # noqa: E402
+from bench.matmul_peak import device_info, parse_sizes  # noqa: E402
 from bench.train_throughput import (  # noqa: E402
     make_config,
     multi30k_batches,
     shape_of,
 )
 from bench.train_throughput import parse_args as throughput_args  # noqa: E402
+from models.timing import covered_length  # noqa: E402
 
 VARIANTS = ("nnx", "pure", "pure_flat")
 MODEL_OVERRIDES = ("attention_impl", "embedding_grad", "vocab_size", "d_model", "num_heads",
@@ -105,13 +106,9 @@ def trace_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:
     by_name: dict[str, list[float]] = defaultdict(list)
     for e in kernels:
         by_name[e["name"]].append(e["dur"])
-    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in kernels)
-    busy, reach = 0.0, float("-inf")
-    for start, end in spans:
-        if end > reach:
-            busy += end - max(start, reach)
-            reach = end
-    wall = spans[-1][1] - spans[0][0]
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in kernels]
+    busy = covered_length(spans)
+    wall = max(end for _, end in spans) - min(start for start, _ in spans)
     ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
     return {
         "trace": str(path),
@@ -243,15 +240,11 @@ def profile(args: argparse.Namespace) -> dict:
     return result
 
 
-def parse_sizes(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=("tiny", "base"), required=True)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    parser.add_argument("--batch_tokens", type=parse_sizes, default=[4096], help="[4096]")
+    parser.add_argument("--batch_tokens", type=parse_sizes, default=(4096,), help="[4096]")
     parser.add_argument("--variants", type=lambda t: t.split(","), default=list(VARIANTS),
                         help=f"[{','.join(VARIANTS)}]")
     parser.add_argument("--steps", type=int, default=20, help="[20]")

@@ -214,7 +214,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if data.source_lang == data.target_lang:
         raise UserError(f"data.source_lang and data.target_lang are both {data.source_lang!r}")
     choices = {"data.spm_model_type": (data.spm_model_type, ("unigram", "bpe")),
-               "data.long_pairs": (data.long_pairs, ("drop", "truncate"))}
+               "data.long_pairs": (data.long_pairs, ("drop", "truncate")),
+               "model.embedding_grad": (config.model.get("embedding_grad", "auto"),
+                                        ("auto", "scatter", "one_hot"))}
     for key, (value, allowed) in choices.items():
         if value not in allowed:
             raise UserError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")

@@ -149,7 +149,7 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict) -> 
             restored = _restore_items(manager, step, _as_variables(abstract_state))
         except Exception:  # noqa: BLE001 - not the old layout either: report the first error
             raise _damaged(manager, step, f"cannot be restored ({_first_line(err)})") from err
-        restored["state"] = jax.tree.map(lambda x: x["value"] if isinstance(x, dict) else x,
+        restored["state"] = jax.tree.map(lambda x: x["value"] if _is_variable(x) else x,
                                          restored["state"], is_leaf=_is_variable)
     state, meta = restored["state"], dict(restored["meta"])
     expected = meta.pop(CHECKSUM_KEY, None)

@@ -31,9 +31,14 @@ class CompileTimer:
 
     @property
     def seconds(self) -> float:
-        total, reach = 0.0, float("-inf")
-        for start, end in sorted(self.spans):
-            if end > reach:
-                total += end - max(start, reach)
-                reach = end
-        return total
+        return covered_length(self.spans)
+
+
+def covered_length(spans) -> float:
+    """Length of the union of (start, end) intervals: overlaps count once."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total

@@ -205,3 +205,7 @@ def test_validate_config_errors():
     cfg.data.spm_model_type = "wordpiece"
     with pytest.raises(UserError, match="spm_model_type must be one of unigram, bpe"):
         cli.validate_config(cfg)
+    cfg = base.get_config()
+    cfg.model.embedding_grad = "sorted"
+    with pytest.raises(UserError, match="model.embedding_grad must be one of auto, scatter, one_hot"):
+        cli.validate_config(cfg)
