@@ -1,4 +1,4 @@
-"""Evaluate a trained run with sacreBLEU / chrF, or translate any file or stdin (SPEC §4.4).
+"""Evaluate a trained run with sacreBLEU / chrF, or translate any file or stdin (README, journey 2).
 
     python evaluate.py --workdir runs/de_en --split test --beam_size 5
     python evaluate.py --workdir runs/de_en --source talk.de [--reference talk.en]
@@ -41,9 +41,14 @@ so a failed or interrupted run never leaves a half file over a good one):
                         {load_seconds, decode_seconds, compile_seconds,
                         sentences_translated, target_tokens, sentences_per_sec,
                         target_tokens_per_sec[, attention_seconds]}; devices; time
-  <name>.attention.npz  with --save_attention: SPEC §4.5 map file (decode "greedy" or
+  <name>.attention.npz  with --save_attention: an attention map file (README) (decode "greedy" or
                         "beam"), plus PNG previews `<name>.attention.ex<I>.cross.*.png`
                         of the first 8 of those sentences
+From Python, with the flags as keyword options (no flags are parsed):
+
+    from evaluate import evaluate
+    result = evaluate("runs/de_en", split="test", beam_size=1)   # the JSON below, as a dict
+
 The default `<name>` is `<base>.step<S>.<decode>`: base = the split, the source file's
 name without `.gz` / `.txt` (`talk.de`), or `stdin`; S = the checkpoint step (averaged:
 `avg<N>-step<S>`, S the newest); decode = `greedy` or `beam<K>`, e.g.
@@ -72,52 +77,84 @@ from pathlib import Path
 import ml_collections
 from absl import flags
 from absl import logging as absl_logging
-from sacrebleu.metrics import BLEU, CHRF
 
 from configs import cli
-from configs.cli import write_atomic
 from configs.errors import UserError
+from configs.files import write_atomic
 from data.corpora import DataError, decode_lines, load_corpus, read_lines
-from models.loading import (  # noqa: F401  (re-exported: evaluate.load_params etc.)
-    LoadedParams,
-    checkpoint_dir,
-    load_params,
-    load_tokenizer,
-    resolve_steps,
-)
+from models.loading import checkpoint_dir, load_params, load_tokenizer
 
 FLAGS = flags.FLAGS
 EVAL_DIR = "eval"
-MAX_PREVIEW_EXAMPLES = 8  # PNG previews for at most this many of the saved maps
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalOptions:
+    """The options of `evaluate`, named and defaulted like the flags (module docstring);
+    None takes the run's config value."""
+
+    split: str | None = None
+    source: str | None = None
+    reference: str | None = None
+    checkpoint: str | None = None
+    average_last: int = 0
+    beam_size: int | None = None
+    length_penalty: float | None = None
+    batch_size: int | None = None
+    compat_lc_tok: bool = False
+    save_attention: int = 0
+    max_sentences: int = 0
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        minimums = {"beam_size": 1, "batch_size": 1, "average_last": 0, "save_attention": 0,
+                    "max_sentences": 0}
+        for key, low in minimums.items():
+            value = getattr(self, key)
+            if value is not None and value < low:
+                raise UserError(f"--{key} must be at least {low}, got {value}")
+        if self.length_penalty is not None and self.length_penalty < 0:
+            raise UserError(f"--length_penalty must be >= 0, got {self.length_penalty}")
+        if self.split not in (None, "valid", "test"):
+            raise UserError(f"--split must be valid or test, got {self.split!r}")
+        which = self.checkpoint
+        if which is not None and which not in ("best", "last") and not which.isdigit():
+            raise UserError(f"--checkpoint must be best, last or a step number, got {which!r}")
+        if self.name is not None:
+            check_name(self.name)
+
+
+FLAG_HELP = {
+    "split": "valid | test: a split of the configured dataset (default test, unless --source "
+             "is given).",
+    "source": "Source text file to translate (plain or gzip); '-' reads stdin.",
+    "reference": "Reference translations of --source (optional; '-' reads stdin).",
+    "checkpoint": "best | last | a step number (default best; last with --average_last).",
+    "average_last": "Average the parameters of the N most recent saved checkpoints up to "
+                    "--checkpoint (0 = off).",
+    "beam_size": "Beam size; 1 = greedy (default: config eval.beam_size).",
+    "length_penalty": "GNMT length penalty alpha for beam search (default: config "
+                      "eval.length_penalty).",
+    "batch_size": "Sentences per batch (default: config eval.batch_size).",
+    "compat_lc_tok": "Also report BLEU on lowercased, Moses-tokenized text (the Multi30k "
+                     "literature's metric).",
+    "save_attention": "Save attention maps of the first N sentences.",
+    "max_sentences": "Only the first N input lines (0 = all).",
+    "name": "Output name in <workdir>/eval/ (default <split|source stem>.step<S>."
+            "<greedy|beamK>).",
+}
 
 
 def define_flags() -> None:
-    """Defines the command-line flags (only when run as a script, so that importing this
-    module from tests or other tools never clashes with their flags)."""
+    """Defines the command-line flags, one per `EvalOptions` field (only when run as a
+    script, so that importing this module never clashes with other flags)."""
     flags.DEFINE_string("workdir", None, "Training run directory (config.json, tokenizer/, "
                         "checkpoints/).")
-    flags.DEFINE_enum("split", None, ["valid", "test"], "Split of the configured dataset "
-                      "(default test, unless --source is given).")
-    flags.DEFINE_string("source", None, "Source text file to translate (plain or gzip); "
-                        "'-' reads stdin.")
-    flags.DEFINE_string("reference", None, "Reference translations of --source (optional; "
-                        "'-' reads stdin).")
-    flags.DEFINE_string("checkpoint", None, "best | last | a step number (default best; "
-                        "last with --average_last).")
-    flags.DEFINE_integer("average_last", 0, "Average the parameters of the N most recent "
-                         "saved checkpoints up to --checkpoint (0 = off).")
-    flags.DEFINE_integer("beam_size", None, "Beam size; 1 = greedy (default: config "
-                         "eval.beam_size).")
-    flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha for beam search "
-                       "(default: config eval.length_penalty).")
-    flags.DEFINE_integer("batch_size", None, "Sentences per batch (default: config "
-                         "eval.batch_size).")
-    flags.DEFINE_bool("compat_lc_tok", False, "Also report BLEU on lowercased, "
-                      "Moses-tokenized text (the Multi30k literature's metric).")
-    flags.DEFINE_integer("save_attention", 0, "Save attention maps of the first N sentences.")
-    flags.DEFINE_integer("max_sentences", 0, "Only the first N input lines (0 = all).")
-    flags.DEFINE_string("name", None, "Output name in <workdir>/eval/ (default "
-                        "<split|source stem>.step<S>.<greedy|beamK>).")
+    define = {"str": flags.DEFINE_string, "int": flags.DEFINE_integer,
+              "float": flags.DEFINE_float, "bool": flags.DEFINE_bool}
+    for field in dataclasses.fields(EvalOptions):
+        kind = str(field.type).split(" |")[0]  # "int | None" -> "int"
+        define[kind](field.name, field.default, FLAG_HELP[field.name])
 
 
 # --------------------------------------------------------------------------- inputs
@@ -186,112 +223,6 @@ def read_inputs(cfg: ml_collections.ConfigDict, split: str | None, source: str |
     return inputs
 
 
-def clean_line(text: str) -> str:
-    """A hypothesis as one file line: no line breaks, no surrounding whitespace (so the
-    scores computed here equal sacreBLEU run on the written file)."""
-    return text.replace("\r", " ").replace("\n", " ").strip()
-
-
-def translate_lines(model, tokenizer, sources: list[str], *, beam_size: int,
-                    length_penalty: float, batch_size: int, bucket_step: int,
-                    ) -> tuple[list[str], dict]:
-    """Translates every line (empty lines give empty lines without running the model).
-
-    Returns (hypotheses in input order, timing dict).
-    """
-    from models.timing import CompileTimer
-    from models.translate import translate_ids
-
-    todo = [i for i, s in enumerate(sources) if s]
-    hyps = [""] * len(sources)
-    start = time.perf_counter()
-    target_tokens = 0
-    with CompileTimer() as compile_timer:
-        if todo:
-            ids = translate_ids(model, tokenizer.encode_source([sources[i] for i in todo]),
-                                beam_size=beam_size, length_penalty=length_penalty,
-                                batch_size=batch_size, bucket_step=bucket_step, progress=True)
-            target_tokens = sum(len(h) for h in ids)
-            for i, text in zip(todo, tokenizer.decode_target(ids), strict=True):
-                hyps[i] = clean_line(text)
-    seconds = time.perf_counter() - start
-    timing = {
-        "decode_seconds": seconds,
-        "compile_seconds": compile_timer.seconds,
-        "sentences_translated": len(todo),
-        "target_tokens": target_tokens,
-        "sentences_per_sec": len(todo) / max(seconds, 1e-9),
-        "target_tokens_per_sec": target_tokens / max(seconds, 1e-9),
-    }
-    return hyps, timing
-
-
-def save_attention(model, tokenizer, sources: list[str], n: int, *, beam_size: int,
-                   length_penalty: float, batch_size: int, step: int, out_dir: Path,
-                   stem: str) -> Path:
-    """Records the maps of the returned hypotheses of the first `n` sentences (in batches)
-    and writes `<stem>.npz` plus PNG previews into `out_dir`."""
-    from attention.mapfile import concatenate_maps, save_maps
-    from attention.plotting import preview_pngs
-    from models.translate import record_maps
-
-    source_ids = tokenizer.encode_source(sources[:n])
-    parts = [record_maps(model, tokenizer, source_ids[i:i + batch_size], None,
-                         beam_size=beam_size, length_penalty=length_penalty, step=step)
-             for i in range(0, len(source_ids), batch_size)]
-    maps = parts[0] if len(parts) == 1 else concatenate_maps(parts)
-    path = save_maps(out_dir / f"{stem}.npz", maps)
-    k = min(maps.num_examples, MAX_PREVIEW_EXAMPLES)
-    preview = dataclasses.replace(maps, **{
-        f.name: getattr(maps, f.name)[:k] for f in dataclasses.fields(maps)
-        if f.name not in ("step", "decode")})
-    preview_pngs(preview, out_dir, stem)
-    return path
-
-
-# --------------------------------------------------------------------------- scoring
-
-
-def moses_lc_tok(lines: list[str], lang: str) -> list[str]:
-    """Lowercased, Moses-tokenized text (sacremoses, no XML escaping)."""
-    from sacremoses import MosesTokenizer
-
-    tokenizer = MosesTokenizer(lang=lang)
-    return [tokenizer.tokenize(line.lower(), escape=False, return_str=True) for line in lines]
-
-
-def score(hyps: list[str], refs: list[str], *, compat_lc_tok: bool = False,
-          target_lang: str = "en") -> dict:
-    """sacreBLEU BLEU and chrF (detokenized, cased), and with `compat_lc_tok` BLEU on
-    lowercased Moses-tokenized text; values, signatures and BLEU details."""
-    bleu_metric, chrf_metric = BLEU(), CHRF()
-    bleu = bleu_metric.corpus_score(hyps, [refs])
-    chrf = chrf_metric.corpus_score(hyps, [refs])
-    out = {
-        "bleu": bleu.score,
-        "bleu_signature": str(bleu_metric.get_signature()),
-        "bleu_text": str(bleu),
-        "bleu_details": {"precisions": list(bleu.precisions), "bp": bleu.bp,
-                         "ratio": bleu.ratio, "hyp_len": bleu.sys_len,
-                         "ref_len": bleu.ref_len},
-        "chrf": chrf.score,
-        "chrf_signature": str(chrf_metric.get_signature()),
-        "chrf_text": str(chrf),
-    }
-    if compat_lc_tok:
-        lc_metric = BLEU(tokenize="none")
-        lc = lc_metric.corpus_score(moses_lc_tok(hyps, target_lang),
-                                    [moses_lc_tok(refs, target_lang)])
-        out.update({
-            "bleu_lc_tok": lc.score,
-            "bleu_lc_tok_signature": str(lc_metric.get_signature()),
-            "bleu_lc_tok_preprocessing": f"lowercase + sacremoses MosesTokenizer(lang="
-                                         f"{target_lang!r}).tokenize(escape=False)",
-            "bleu_lc_tok_text": str(lc),
-        })
-    return out
-
-
 # --------------------------------------------------------------------------- outputs
 
 
@@ -335,53 +266,35 @@ def summary_lines(result: dict) -> list[str]:
 # ------------------------------------------------------------------------------ main
 
 
-def enable_compilation_cache() -> None:
-    """Reuse compiled XLA programs across runs (as train.py does)."""
-    import jax
+def evaluate(workdir: str | Path, **options) -> dict:
+    """The whole evaluation of a run; returns the result JSON (module docstring), also
+    written to `<workdir>/eval/`. `options` are `EvalOptions` fields, named like the flags.
 
-    default = Path.home() / ".cache" / "attnmt" / "xla"
-    jax.config.update("jax_compilation_cache_dir",
-                      os.environ.get("JAX_COMPILATION_CACHE_DIR", str(default)))
-
-
-def _check_flags() -> None:
-    if not FLAGS.workdir:
-        raise UserError("--workdir is required")
-    minimums = {"beam_size": 1, "batch_size": 1, "average_last": 0, "save_attention": 0,
-                "max_sentences": 0}
-    for name, low in minimums.items():
-        value = getattr(FLAGS, name)
-        if value is not None and value < low:
-            raise UserError(f"--{name} must be at least {low}, got {value}")
-    if FLAGS.length_penalty is not None and FLAGS.length_penalty < 0:
-        raise UserError(f"--length_penalty must be >= 0, got {FLAGS.length_penalty}")
-    which = FLAGS.checkpoint
-    if which is not None and which not in ("best", "last") and not which.isdigit():
-        raise UserError(f"--checkpoint must be best, last or a step number, got {which!r}")
-    if FLAGS.name is not None:
-        check_name(FLAGS.name)
-
-
-def evaluate(workdir: Path) -> dict:
-    """The whole evaluation; returns the JSON result (also written to disk)."""
+    Raises UserError for bad input before anything is written.
+    """
+    workdir, opts = Path(workdir), EvalOptions(**options)
     cfg = cli.load_config_json(workdir)
-    inputs = read_inputs(cfg, FLAGS.split, FLAGS.source, FLAGS.reference, FLAGS.max_sentences)
+    inputs = read_inputs(cfg, opts.split, opts.source, opts.reference, opts.max_sentences)
     tokenizer = load_tokenizer(workdir, cfg)
     checkpoint_dir(workdir)
-    beam_size = FLAGS.beam_size or int(cfg.eval.beam_size)
-    batch_size = FLAGS.batch_size or int(cfg.eval.batch_size)
-    length_penalty = (FLAGS.length_penalty if FLAGS.length_penalty is not None
+    beam_size = opts.beam_size or int(cfg.eval.beam_size)
+    batch_size = opts.batch_size or int(cfg.eval.batch_size)
+    length_penalty = (opts.length_penalty if opts.length_penalty is not None
                       else float(cfg.eval.length_penalty))
     bucket_step = int(cfg.data.bucket_step)
 
+    # JAX is imported only now: bad input files are reported in about a second.
     import jax
+
+    from models.compilation import enable_compilation_cache
+    from models.evaluation import save_attention, score, translate_lines
 
     enable_compilation_cache()
     load_start = time.perf_counter()
-    loaded = load_params(workdir, FLAGS.checkpoint, FLAGS.average_last, cfg=cfg,
+    loaded = load_params(workdir, opts.checkpoint, opts.average_last, cfg=cfg,
                          tokenizer=tokenizer)
     load_seconds = time.perf_counter() - load_start
-    name = FLAGS.name or default_name(inputs.base, loaded.steps, beam_size)
+    name = opts.name or default_name(inputs.base, loaded.steps, beam_size)
     out_dir = workdir / EVAL_DIR
     if cfg.model.positions == "learned":
         longest = max(len(s) for s in tokenizer.encode_source(inputs.sources))
@@ -392,7 +305,7 @@ def evaluate(workdir: Path) -> dict:
 
     hyps, timing = translate_lines(loaded.model, tokenizer, inputs.sources, beam_size=beam_size,
                                    length_penalty=length_penalty, batch_size=batch_size,
-                                   bucket_step=bucket_step)
+                                   bucket_step=bucket_step, progress=True)
     timing["load_seconds"] = load_seconds
     result = {
         "name": name,
@@ -415,13 +328,13 @@ def evaluate(workdir: Path) -> dict:
         "chrf": None,
     }
     if inputs.references is not None:
-        result.update(score(hyps, inputs.references, compat_lc_tok=FLAGS.compat_lc_tok,
+        result.update(score(hyps, inputs.references, compat_lc_tok=opts.compat_lc_tok,
                             target_lang=cfg.data.target_lang))
     files = {"hyp": str(out_dir / f"{name}.hyp.txt"), "json": str(out_dir / f"{name}.json")}
-    if FLAGS.save_attention:
+    if opts.save_attention:
         start = time.perf_counter()
         path = save_attention(
-            loaded.model, tokenizer, inputs.sources, FLAGS.save_attention, beam_size=beam_size,
+            loaded.model, tokenizer, inputs.sources, opts.save_attention, beam_size=beam_size,
             length_penalty=length_penalty, batch_size=batch_size, step=loaded.steps[-1],
             out_dir=out_dir, stem=f"{name}.attention")
         timing["attention_seconds"] = time.perf_counter() - start
@@ -452,8 +365,10 @@ def main(argv):
         # Python would print at exit ("Exception ignored in: <coroutine ...>"), after
         # our one-line error. They carry nothing the error line does not say.
         sys.unraisablehook = _quiet_coroutines
-    _check_flags()
-    evaluate(Path(FLAGS.workdir))
+    if not FLAGS.workdir:
+        raise UserError("--workdir is required")
+    evaluate(FLAGS.workdir, **{f.name: FLAGS[f.name].value
+                               for f in dataclasses.fields(EvalOptions)})
 
 
 if __name__ == "__main__":

@@ -31,10 +31,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from attention.mapfile import AttentionMaps
+from configs.errors import UserError
 
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a new whitespace word
 SPECIAL_TOKENS = frozenset({"<s>", "</s>", "<pad>", ""})
@@ -147,20 +149,25 @@ def read_talp(path: str | os.PathLike) -> list[tuple[set[Link], set[Link]]]:
 
     `i-j` is a sure link, `ipj` a possible one; both 1-indexed in the file. As usual
     possible includes sure (S ⊆ P). For the RWTH de-en gold, i = German, j = English.
+    Raises UserError naming the file (and line) for text that is not UTF-8 or a malformed
+    link; OSError when the file cannot be read.
     """
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text ({e.reason})") from None
     out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            sure, possible = set(), set()
-            for item in line.split():
-                m = re.fullmatch(r"(\d+)([-p])(\d+)", item)
-                if m is None or int(m.group(1)) < 1 or int(m.group(3)) < 1:
-                    raise ValueError(f"{path}:{n}: not a 1-indexed TALP link: {item!r}")
-                link = (int(m.group(1)) - 1, int(m.group(3)) - 1)
-                possible.add(link)
-                if m.group(2) == "-":
-                    sure.add(link)
-            out.append((sure, possible))
+    for n, line in enumerate(lines, 1):
+        sure, possible = set(), set()
+        for item in line.split():
+            m = re.fullmatch(r"(\d+)([-p])(\d+)", item)
+            if m is None or int(m.group(1)) < 1 or int(m.group(3)) < 1:
+                raise UserError(f"{path}:{n}: not a 1-indexed TALP link: {item!r}")
+            link = (int(m.group(1)) - 1, int(m.group(3)) - 1)
+            possible.add(link)
+            if m.group(2) == "-":
+                sure.add(link)
+        out.append((sure, possible))
     return out
 
 

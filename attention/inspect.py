@@ -13,55 +13,55 @@ them against the first N lines of a TALP file and prints `AER = x.xxxx (N senten
 Layers and heads are 0-indexed (negative counts from the end). With --align the paths
 of written files go to stderr so stdout holds only alignments.
 
-Bad input gives one `error: ...` line on stderr, exit status 2, and no file written.
+Flags follow the absl convention of `configs/cli.py` (`--flag value` or `--flag=value`,
+`--noflag` for booleans, `--debug` for tracebacks). Bad input gives one `error: ...` line
+on stderr, exit status 2, and no file written. `run(...)` is the same tool as a Python
+function: it returns the stdout lines and raises UserError.
 """
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
+
+from absl import flags
 
 from attention.alignment import aer, extract_alignment, format_pharaoh, read_talp
 from attention.mapfile import KINDS, AttentionMaps, MapFormatError, load_maps, validate_maps
-from attention.plotting import plot_head_grid, plot_heatmap, png_name
-from attention.viewer import write_html
+from configs import cli
+from configs.errors import UserError
+
+FLAGS = flags.FLAGS
+USAGE = "usage: python -m attention.inspect FILE.npz [flags], see --help"
+# The flags of `define_flags`; each is the keyword argument of `run` with "-" as "_"
+# ("keep-eos" keeps the dash it always had: absl accepts it).
+RUN_FLAGS = ("example", "kind", "layer", "head", "out", "grid", "html", "align", "gold",
+             "words", "shift", "layers", "heads", "keep-eos")
 
 
-class UsageError(Exception):
-    """Bad command-line input: reported as one line, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line instead of argparse's usage block
-        raise UsageError(f"{message} (see --help)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line of §4.6 (argparse errors become one-line UsageErrors)."""
-    p = _Parser(prog="python -m attention.inspect",
-                description="Render, view and score the attention maps of a §4.5 .npz file.")
-    p.add_argument("file", help="attention map file (.npz)")
-    p.add_argument("--example", type=int, default=None,
-                   help="example index (default 0; with --align: all examples)")
-    p.add_argument("--kind", choices=KINDS, default="cross")
-    p.add_argument("--layer", default="mean", help="layer index or 'mean' (default)")
-    p.add_argument("--head", default="mean", help="head index or 'mean' (default)")
-    p.add_argument("--out", help="PNG path for the heatmap (or the head grid with --grid)")
-    p.add_argument("--grid", action="store_true", help="plot all heads of --layer in a grid")
-    p.add_argument("--html", help="write the self-contained HTML viewer here")
-    p.add_argument("--align", action="store_true", help="print Pharaoh alignments")
-    p.add_argument("--gold", help="TALP gold file (1-indexed i-j sure, ipj possible): print AER")
-    p.add_argument("--words", action="store_true", help="merge pieces into words")
-    p.add_argument("--shift", action="store_true",
-                   help="read the row where the target word is the decoder input (Chen et al. 2020)")
-    p.add_argument("--layers", help="layers to average for --align: '2,3', '-2' or 'mean' "
-                                    "(default: --layer)")
-    p.add_argument("--heads", help="heads to average for --align (default: --head)")
-    p.add_argument("--keep-eos", action="store_true",
-                   help="let </s> win the argmax (such target tokens stay unaligned)")
-    return p
+def define_flags() -> None:
+    """Defines the command-line flags (only when run as a script, so that importing this
+    module from tests or other tools never adds global flags)."""
+    flags.DEFINE_integer("example", None, "Example index (default 0; with --align: all "
+                         "examples).")
+    flags.DEFINE_enum("kind", "cross", KINDS, "Attention kind.")
+    flags.DEFINE_string("layer", "mean", "Layer index or 'mean'.")
+    flags.DEFINE_string("head", "mean", "Head index or 'mean'.")
+    flags.DEFINE_string("out", None, "PNG path for the heatmap (or the head grid with --grid).")
+    flags.DEFINE_bool("grid", False, "Plot all heads of --layer in a grid.")
+    flags.DEFINE_string("html", None, "Write the self-contained HTML viewer here.")
+    flags.DEFINE_bool("align", False, "Print Pharaoh alignments.")
+    flags.DEFINE_string("gold", None, "TALP gold file (1-indexed i-j sure, ipj possible): "
+                        "print AER.")
+    flags.DEFINE_bool("words", False, "Merge pieces into words.")
+    flags.DEFINE_bool("shift", False, "Read the row where the target word is the decoder "
+                      "input (Chen et al. 2020).")
+    flags.DEFINE_string("layers", None, "Layers to average for --align: '2,3', '-2' or "
+                        "'mean' (default: --layer).")
+    flags.DEFINE_string("heads", None, "Heads to average for --align (default: --head).")
+    flags.DEFINE_bool("keep-eos", False, "Let </s> win the argmax (such target tokens stay "
+                      "unaligned).")
 
 
 def _one(value: str, size: int, flag: str, what: str) -> int | str:
@@ -71,9 +71,9 @@ def _one(value: str, size: int, flag: str, what: str) -> int | str:
     try:
         index = int(value)
     except ValueError:
-        raise UsageError(f"{flag} must be an integer or 'mean', got {value!r}") from None
+        raise UserError(f"{flag} must be an integer or 'mean', got {value!r}") from None
     if not -size <= index < size:
-        raise UsageError(f"{flag} {index} out of range: {what} (0..{size - 1}) or 'mean'")
+        raise UserError(f"{flag} {index} out of range: {what} (0..{size - 1}) or 'mean'")
     return index % size
 
 
@@ -87,79 +87,116 @@ def _many(value: str, size: int, flag: str, what: str) -> list[int] | str:
 def _check_example(maps: AttentionMaps, example: int, name: str) -> None:
     n = maps.num_examples
     if not 0 <= example < n:
-        raise UsageError(f"--example {example} out of range: {name} has {n} examples (0..{n - 1})")
+        raise UserError(f"--example {example} out of range: {name} has {n} examples (0..{n - 1})")
 
 
-def run(args: argparse.Namespace) -> list[str]:
-    """Validate everything, then write files; returns stdout lines. Raises UsageError."""
-    align_only = [f for f, on in (("--gold", args.gold), ("--words", args.words),
-                                  ("--shift", args.shift), ("--layers", args.layers),
-                                  ("--heads", args.heads), ("--keep-eos", args.keep_eos)) if on]
-    if align_only and not args.align:
-        raise UsageError(f"{align_only[0]} only applies with --align")
-    path = Path(args.file)
+def _read_gold(gold: str, needed: int) -> list:
+    """The first `needed` sentences of a TALP file; UserError if unreadable or too short."""
+    try:
+        links = read_talp(gold)  # UserError for a malformed link, naming the file and line
+    except OSError as e:
+        raise UserError(f"cannot read --gold {gold}: {e.strerror or e}") from None
+    if len(links) < needed:
+        raise UserError(f"--gold {gold} has {len(links)} lines but the maps need {needed} "
+                        "(example i is scored against line i + 1)")
+    return links
+
+
+def run(file: str | os.PathLike, *, example: int | None = None, kind: str = "cross",
+        layer: str = "mean", head: str = "mean", out: str | None = None, grid: bool = False,
+        html: str | None = None, align: bool = False, gold: str | None = None,
+        words: bool = False, shift: bool = False, layers: str | None = None,
+        heads: str | None = None, keep_eos: bool = False) -> list[str]:
+    """The whole tool: validate everything, then write files; returns the stdout lines.
+
+    The keyword arguments are the flags (`keep_eos` is --keep-eos), with the same
+    defaults. The stdout lines are the written file paths, or with `align` one Pharaoh
+    line per example (plus the AER line with `gold`); with `align` the written paths go
+    to stderr instead.
+
+    Raises:
+      UserError: bad input (MapFormatError included), found before any file is
+        written, or an output that cannot be written.
+      FileNotFoundError: `file` does not exist.
+    """
+    align_only = [f for f, on in (("--gold", gold), ("--words", words), ("--shift", shift),
+                                  ("--layers", layers), ("--heads", heads),
+                                  ("--keep-eos", keep_eos)) if on]
+    if align_only and not align:
+        raise UserError(f"{align_only[0]} only applies with --align")
+    if kind not in KINDS:  # absl checks the flag; this is for Python callers
+        raise UserError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    path = Path(file)
     maps = load_maps(path)
     try:
         validate_maps(maps)
     except MapFormatError as e:  # its message names the array, not the file
         raise MapFormatError(f"{path}: {e}") from None
     name = path.name
-    n_layers, n_heads = maps.num_layers(args.kind), maps.num_heads
-    layer = _one(args.layer, n_layers, "--layer", f"{args.kind} has {n_layers} layers")
-    head = _one(args.head, n_heads, "--head", f"the model has {n_heads} heads")
-    example = 0 if args.example is None else args.example
-    _check_example(maps, example, name)
+    n_layers, n_heads = maps.num_layers(kind), maps.num_heads
+    layer_i = _one(layer, n_layers, "--layer", f"{kind} has {n_layers} layers")
+    head_i = _one(head, n_heads, "--head", f"the model has {n_heads} heads")
+    chosen = 0 if example is None else example
+    _check_example(maps, chosen, name)
 
     lines: list[str] = []
-    if args.align:
+    if align:
         n_cross = maps.num_layers("cross")
-        layers = _many(args.layers or args.layer, n_cross, "--layers",
-                       f"cross has {n_cross} layers")
-        heads = _many(args.heads or args.head, n_heads, "--heads", f"the model has {n_heads} heads")
-        examples = list(range(maps.num_examples)) if args.example is None else [example]
-        hyps = [extract_alignment(maps, i, layers=layers, heads=heads, shift=args.shift,
-                                  skip_eos=not args.keep_eos, words=args.words)
+        layer_sel = _many(layers or layer, n_cross, "--layers", f"cross has {n_cross} layers")
+        head_sel = _many(heads or head, n_heads, "--heads", f"the model has {n_heads} heads")
+        examples = list(range(maps.num_examples)) if example is None else [chosen]
+        hyps = [extract_alignment(maps, i, layers=layer_sel, heads=head_sel, shift=shift,
+                                  skip_eos=not keep_eos, words=words)
                 for i in examples]
         lines += [format_pharaoh(h) for h in hyps]
-        if args.gold:
-            try:
-                gold = read_talp(args.gold)
-            except (OSError, UnicodeDecodeError) as e:
-                raise UsageError(f"cannot read --gold {args.gold}: {e.strerror or e}") from None
-            if len(gold) < examples[-1] + 1:
-                raise UsageError(f"--gold {args.gold} has {len(gold)} lines but the maps need "
-                                 f"{examples[-1] + 1} (example i is scored against line i + 1)")
-            lines.append(f"AER = {aer(hyps, [gold[i] for i in examples]):.4f} "
+        if gold:
+            links = _read_gold(gold, examples[-1] + 1)
+            lines.append(f"AER = {aer(hyps, [links[i] for i in examples]):.4f} "
                          f"({len(examples)} sentences)")
 
-    written = []
-    if args.html:
-        written.append(write_html(maps, args.html, title=f"Attention maps: {name}"))
-    if args.out or args.grid or not (args.html or args.align):
-        if args.grid:
-            out = args.out or path.with_name(
-                f"{path.stem}.ex{example}.{args.kind}.{layer}.heads.png")
-            written.append(plot_head_grid(maps, example, args.kind, layer, out))
+    # Imported only now: matplotlib is most of the start-up time, and bad input (the
+    # common short run) is reported before it is needed.
+    from attention.plotting import plot_head_grid, plot_heatmap, png_name
+    from attention.viewer import write_html
+
+    writers = []  # (flag, path, write): all input is checked before the first write
+    if html:
+        writers.append(("--html", html,
+                        lambda p: write_html(maps, p, title=f"Attention maps: {name}")))
+    if out or grid or not (html or align):
+        if grid:
+            target = out or path.with_name(f"{path.stem}.ex{chosen}.{kind}.{layer_i}.heads.png")
+            writers.append(("--out", target,
+                            lambda p: plot_head_grid(maps, chosen, kind, layer_i, p)))
         else:
-            out = args.out or path.with_name(png_name(path.stem, example, args.kind, layer, head))
-            written.append(plot_heatmap(maps, example, args.kind, layer, head, out))
-    for w in written:
-        print(w, file=sys.stderr if args.align else sys.stdout)
+            target = out or path.with_name(png_name(path.stem, chosen, kind, layer_i, head_i))
+            writers.append(("--out", target,
+                            lambda p: plot_heatmap(maps, chosen, kind, layer_i, head_i, p)))
+    for flag, target, write in writers:
+        try:
+            written = write(target)
+        except FileExistsError as e:  # raised by creating the parent folders
+            raise UserError(f"cannot write {flag} {target}: {e.filename} is a file, "
+                            "not a folder") from None
+        except OSError as e:  # e.g. a full disk
+            raise UserError(f"cannot write {flag} {target}: {e.strerror or e}") from None
+        if align:  # stdout holds only alignments
+            print(written, file=sys.stderr)
+        else:
+            lines.append(str(written))
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI on `argv` (default sys.argv[1:]); returns the exit status (0 or 2)."""
-    try:
-        lines = run(build_parser().parse_args(argv))
-    except (UsageError, MapFormatError, ValueError, OSError) as e:
-        message = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-    for line in lines:
+def main(argv: list[str]) -> None:
+    """absl main: argv = [program, FILE]; prints `run`'s lines. Raises UserError."""
+    if len(argv) < 2:
+        raise UserError(f"missing FILE ({USAGE})")
+    if len(argv) > 2:
+        raise UserError(f"unexpected arguments: {' '.join(argv[2:])} ({USAGE})")
+    for line in run(argv[1], **{f.replace("-", "_"): FLAGS[f].value for f in RUN_FLAGS}):
         print(line)
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    define_flags()
+    cli.run(main)

@@ -44,14 +44,18 @@ from pathlib import Path
 
 import numpy as np
 
+from configs.errors import UserError
+from configs.files import atomic_file
+
 KINDS = ("encoder_self", "decoder_self", "cross")
 DECODE_MODES = ("teacher_forced", "greedy", "beam")
 ARRAY_NAMES = (*KINDS, "source_tokens", "target_tokens", "source_lengths", "target_lengths",
                "step", "decode")
 
 
-class MapFormatError(ValueError):
-    """A file or object that is not an attention map in the SPEC §4.5 format."""
+class MapFormatError(UserError, ValueError):
+    """A file or object that is not an attention map in the SPEC §4.5 format (a UserError:
+    the command lines report it as one `error:` line)."""
 
 
 @dataclasses.dataclass
@@ -186,10 +190,11 @@ def _check_format(maps: AttentionMaps, name: str) -> None:
 
 
 def save_maps(path: str | os.PathLike, maps: AttentionMaps) -> Path:
-    """Write `maps` to `path` atomically (temporary file + rename); returns the path.
+    """Write `maps` to `path` atomically (`configs.files.atomic_file`); returns the path.
 
-    The file is a compressed `.npz` of plain arrays (strings as fixed-width unicode), so a
-    crash mid-write never leaves a truncated map file behind.
+    The file is a compressed `.npz` of plain arrays (strings as fixed-width unicode); a
+    crash mid-write never leaves a truncated map file behind. Raises MapFormatError on
+    malformed maps (nothing is written then).
     """
     path = Path(path)
     _check_format(maps, str(path))
@@ -200,16 +205,8 @@ def save_maps(path: str | os.PathLike, maps: AttentionMaps) -> Path:
     arrays["target_lengths"] = np.asarray(maps.target_lengths, dtype=np.int32)
     arrays["step"] = np.asarray(int(maps.step), dtype=np.int64)
     arrays["decode"] = np.asarray(maps.decode, dtype=np.str_)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:  # a file object: numpy would append ".npz" to a name
-            np.savez_compressed(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_file(path) as f:  # a file object: numpy would append ".npz" to a name
+        np.savez_compressed(f, **arrays)
     return path
 
 

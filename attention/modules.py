@@ -20,6 +20,9 @@ from attention.cache import CrossKV, KVCache
 from attention.core import cached_attention, dot_product_attention
 from attention.masks import causal_mask, combine_masks, key_padding_mask
 
+# What every attention call returns: (output [B, Tq, D_out], weights [B, H, Tq, Tk] or None).
+Attended = tuple[jnp.ndarray, jnp.ndarray | None]
+
 
 class MultiHeadAttention(nnx.Module):
     """Multi-head attention with separate query, key, value and output projections.
@@ -105,15 +108,9 @@ class MultiHeadAttention(nnx.Module):
         out = self.out(mixed.reshape(*mixed.shape[:2], self.num_heads * self.value_dim))
         return out, weights
 
-    def __call__(
-        self,
-        inputs_q: jnp.ndarray,
-        inputs_kv: jnp.ndarray | None = None,
-        *,
-        mask: jnp.ndarray | None = None,
-        dropout_rng: jax.Array | None = None,
-        return_weights: bool = False,
-    ) -> tuple[jnp.ndarray, jnp.ndarray | None]:
+    def __call__(self, inputs_q: jnp.ndarray, inputs_kv: jnp.ndarray | None = None,
+                 *, mask: jnp.ndarray | None = None,
+                 dropout_rng: jax.Array | None = None, return_weights: bool = False) -> Attended:
         """General attention.
 
         Args:
@@ -132,15 +129,9 @@ class MultiHeadAttention(nnx.Module):
 class SelfAttention(MultiHeadAttention):
     """Bidirectional self-attention over one sequence with padding (the encoder's)."""
 
-    def __call__(
-        self,
-        x: jnp.ndarray,
-        valid: jnp.ndarray,
-        *,
-        mask: jnp.ndarray | None = None,
-        dropout_rng: jax.Array | None = None,
-        return_weights: bool = False,
-    ) -> tuple[jnp.ndarray, jnp.ndarray | None]:
+    def __call__(self, x: jnp.ndarray, valid: jnp.ndarray,
+                 *, mask: jnp.ndarray | None = None,
+                 dropout_rng: jax.Array | None = None, return_weights: bool = False) -> Attended:
         """x: [B, T, D]; valid: bool [B, T]. Returns ([B, T, D], weights [B, H, T, T] | None).
 
         `mask` (bool broadcastable to [B, H, T, T], e.g. `segment_mask` of packed
@@ -153,15 +144,9 @@ class SelfAttention(MultiHeadAttention):
 class CausalSelfAttention(MultiHeadAttention):
     """Decoder self-attention: each position sees itself and earlier non-pad positions."""
 
-    def __call__(
-        self,
-        x: jnp.ndarray,
-        valid: jnp.ndarray,
-        *,
-        mask: jnp.ndarray | None = None,
-        dropout_rng: jax.Array | None = None,
-        return_weights: bool = False,
-    ) -> tuple[jnp.ndarray, jnp.ndarray | None]:
+    def __call__(self, x: jnp.ndarray, valid: jnp.ndarray,
+                 *, mask: jnp.ndarray | None = None,
+                 dropout_rng: jax.Array | None = None, return_weights: bool = False) -> Attended:
         """x: [B, T, D]; valid: bool [B, T]. Returns ([B, T, D], weights [B, H, T, T] | None).
 
         `mask` (e.g. `segment_mask` of packed sequences) replaces the key-padding mask
@@ -213,16 +198,9 @@ class CrossAttention(MultiHeadAttention):
         key, value = self.project_kv(memory)
         return CrossKV(key, value, memory_valid)
 
-    def __call__(
-        self,
-        x: jnp.ndarray,
-        memory: jnp.ndarray | CrossKV,
-        memory_valid: jnp.ndarray | None = None,
-        *,
-        mask: jnp.ndarray | None = None,
-        dropout_rng: jax.Array | None = None,
-        return_weights: bool = False,
-    ) -> tuple[jnp.ndarray, jnp.ndarray | None]:
+    def __call__(self, x: jnp.ndarray, memory: jnp.ndarray | CrossKV,
+                 memory_valid: jnp.ndarray | None = None, *, mask: jnp.ndarray | None = None,
+                 dropout_rng: jax.Array | None = None, return_weights: bool = False) -> Attended:
         """Attend from decoder states to the source.
 
         Args:

@@ -18,6 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attention.mapfile import AttentionMaps
+from configs.files import atomic_file
 
 CMAP = "viridis"
 AXIS_NAMES = {
@@ -78,16 +79,10 @@ def heatmap_figure(maps: AttentionMaps, example: int, kind: str, layer: int | st
 
 
 def _save(fig: Figure, out_path: str | os.PathLike) -> Path:
-    """Write a PNG atomically (temporary file + rename)."""
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.tmp{os.getpid()}")
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, out_path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out_path
+    """Write `fig` as a PNG atomically (`configs.files.atomic_file`); returns the path."""
+    with atomic_file(out_path) as f:
+        fig.savefig(f, format="png")  # a file object has no suffix to infer the format from
+    return Path(out_path)
 
 
 def plot_heatmap(maps: AttentionMaps, example: int, kind: str, layer: int | str,

@@ -21,6 +21,7 @@ import numpy as np
 
 from attention.mapfile import AttentionMaps
 from attention.plotting import AXIS_NAMES
+from configs.files import write_atomic
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -209,13 +210,5 @@ def render_html(maps: AttentionMaps, title: str = "Attention maps") -> str:
 
 def write_html(maps: AttentionMaps, out_path: str | os.PathLike,
                title: str = "Attention maps") -> Path:
-    """Write the viewer for `maps` to `out_path` atomically; returns the path."""
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(render_html(maps, title), encoding="utf-8")
-        os.replace(tmp, out_path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out_path
+    """Write the viewer for `maps` to `out_path` atomically (UTF-8); returns the path."""
+    return write_atomic(out_path, render_html(maps, title))

@@ -4,13 +4,14 @@
 
 Takes bench/train_throughput.py's options (model presets and overrides, --vocab_size,
 --cache_dir; its timing options are ignored) and its first Multi30k batch (the project's
-own pipeline), and compiles, each from scratch and timed on its own:
+own pipeline), sets up the run as train.py does (`models.training.create_train_state`,
+`make_train_step`), and compiles, each from scratch and timed on its own:
 
   * `trace+lower`: tracing the full train step to StableHLO (`jit(...).lower`);
   * `step`: XLA compiling that full step (forward, backward, AdamW, non-finite guard);
   * `forward`, `forward+backward`, `optimizer`: the loss alone, `value_and_grad` of it,
-    and the AdamW update alone, as separate programs (their sum exceeds `step`:
-    XLA shares work inside one program);
+    and the AdamW update alone, as separate programs (`bench.step_profile.part_programs`;
+    their sum exceeds `step`: XLA shares work inside one program);
 
 with the number of instructions of each optimized HLO module. Set XLA_FLAGS to compare
 compiler options. The persistent compilation cache is switched off, so every compile is
@@ -29,6 +30,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import write_json  # noqa: E402
+from bench.step_profile import part_programs  # noqa: E402
 from bench.train_throughput import make_config, multi30k_batches, parse_args  # noqa: E402
 
 PARTS = ("trace+lower", "step", "forward", "forward+backward", "optimizer")
@@ -46,49 +48,25 @@ def timed_compile(lowered) -> tuple[float, int]:
 def run(args: argparse.Namespace) -> dict:
     """Compile the step and its parts once each; returns {part: {"seconds", "hlo_instructions"}}."""
     import jax
-    import optax
-    from flax import nnx
 
-    from models.training import (
-        batch_loss,
-        build_model,
-        build_optimizer,
-        init_train_state,
-        make_mesh,
-        make_train_step,
-        replicate,
-        shard_batch,
-    )
+    from models.training import create_train_state, make_mesh, make_train_step, shard_batch
 
     jax.config.update("jax_enable_compilation_cache", False)
     cfg = make_config(args)
     mesh = make_mesh()
     batches, vocab, _ = multi30k_batches(cfg, 1, args.cache_dir, mesh.size)
-    model = build_model(cfg, vocab, vocab, cfg.train.seed)
-    optimizer = build_optimizer(cfg.train)
-    state = replicate(init_train_state(model, optimizer), mesh)
+    graphdef, state = create_train_state(cfg, vocab, vocab, mesh)
     batch = shard_batch(batches[0], mesh)
-    graphdef, key = nnx.graphdef(model), jax.random.key(0)
-
-    def loss(params, batch):
-        return batch_loss(nnx.merge(graphdef, params), batch, cfg.train.label_smoothing, key)[0]
-
-    def update(state, grads):
-        updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
-        return optax.apply_updates(state["params"], updates), opt_state
 
     result = {"size": args.size, "layers": cfg.model.num_encoder_layers,
               "shape": "x".join(map(str, (*batches[0]["src"].shape, batches[0]["tgt_out"].shape[1]))),
               "state_arrays": len(jax.tree.leaves(state)), "backend": jax.default_backend()}
     start = time.perf_counter()
-    lowered = make_train_step(graphdef, optimizer, cfg.train).lower(state, batch)
+    lowered = make_train_step(graphdef, cfg.train).lower(state, batch)
     result["trace+lower"] = {"seconds": time.perf_counter() - start, "hlo_instructions": None}
-    parts = {
-        "step": lowered,
-        "forward": jax.jit(loss).lower(state["params"], batch),
-        "forward+backward": jax.jit(jax.value_and_grad(loss)).lower(state["params"], batch),
-        "optimizer": jax.jit(update).lower(state, state["params"]),
-    }
+    parts = {"step": lowered}
+    for name, (program, program_args) in part_programs(graphdef, cfg.train, state, batch).items():
+        parts[name] = program.lower(*program_args)
     for name, part in parts.items():
         seconds, instructions = timed_compile(part)
         result[name] = {"seconds": seconds, "hlo_instructions": instructions}

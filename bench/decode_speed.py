@@ -3,9 +3,10 @@
     python bench/decode_speed.py --workdir W [--beam_size 5] [--split test]
         [--batch_size 128] [--checkpoint best] [--length_penalty 0.6] [--json OUT]
 
-Loads the run exactly as evaluate.py does (`evaluate.load_tokenizer`, `evaluate.load_params`:
-config.json, tokenizer, orbax checkpoint) and translates the split of the run's dataset
-(Multi30k test = test_2016_flickr, 1,000 sentences) with `evaluate.translate_lines`, i.e.
+Loads the run exactly as evaluate.py does (`models.loading.load_tokenizer`,
+`models.loading.load_params`: config.json, tokenizer, orbax checkpoint) and translates the
+split of the run's dataset (Multi30k test = test_2016_flickr, 1,000 sentences) with
+`models.evaluation.translate_lines` (evaluate.py's), i.e.
 `models.translate.translate_ids`: length-sorted batches of `--batch_size` sentences,
 one jitted search per batch (`--beam_size 1` = greedy). The timed span is end to end:
 SentencePiece encoding, batching, search, detokenisation.
@@ -52,13 +53,14 @@ def run(args: argparse.Namespace) -> dict:
     """The whole benchmark; returns the JSON result."""
     import jax
 
-    import evaluate
     from configs import cli
     from data.corpora import load_corpus
+    from models.evaluation import score, translate_lines
+    from models.loading import load_params, load_tokenizer
 
     cfg = cli.load_config_json(args.workdir)
-    tokenizer = evaluate.load_tokenizer(args.workdir, cfg)
-    loaded = evaluate.load_params(args.workdir, args.checkpoint, cfg=cfg, tokenizer=tokenizer)
+    tokenizer = load_tokenizer(args.workdir, cfg)
+    loaded = load_params(args.workdir, args.checkpoint, cfg=cfg, tokenizer=tokenizer)
     sources, references = load_corpus(cfg.data, args.split)
     if args.max_sentences:
         sources, references = sources[:args.max_sentences], references[:args.max_sentences]
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> dict:
 
     passes = []
     for _ in range(2):
-        hyps, timing = evaluate.translate_lines(
+        hyps, timing = translate_lines(
             loaded.model, tokenizer, sources, beam_size=args.beam_size,
             length_penalty=args.length_penalty, batch_size=batch_size,
             bucket_step=int(cfg.data.bucket_step))
@@ -83,8 +85,7 @@ def run(args: argparse.Namespace) -> dict:
     approx_flops = (2.0 * counter.src_params * src_tokens
                     + 2.0 * counter.tgt_params * args.beam_size * decoder_steps)
     seconds = steady["decode_seconds"]
-    scores = evaluate.score(hyps, references, compat_lc_tok=True,
-                            target_lang=cfg.data.target_lang)
+    scores = score(hyps, references, compat_lc_tok=True, target_lang=cfg.data.target_lang)
     return {
         "workdir": str(args.workdir),
         "checkpoint_step": loaded.steps[-1],

@@ -1,4 +1,4 @@
-"""Model FLOPs of a training step of `models.transformer.Transformer` (issue 6 MFU).
+"""Model FLOPs of a training step of `models.transformer.Transformer` (for MFU).
 
 FLOP formula (model FLOPs of one training step, forward + backward = 3 x forward,
 counted on non-pad tokens only, so padding earns no credit):

@@ -5,14 +5,18 @@
         [--hlo FILE.txt.gz] [--json OUT]
 
 For each `--batch_tokens`, the fullest (most target tokens) of the first 8 Multi30k batches
-of the training pipeline (as in bench/train_throughput.py) is fed again and again, so every program compiles once. Per
-variant of the train state (`models.training.make_train_step` in every case):
+of the training pipeline (as in bench/train_throughput.py) is fed again and again, so every
+program compiles once. The model and train state come from `models.training.create_train_state`
+and every step from `make_train_step`, as in train.py; per variant of the train state, derived
+from the one `create_train_state` returns:
 
-    nnx        params as `nnx.state(model, nnx.Param)`: an nnx.State of Variables (the
-               layout before `init_train_state` switched to plain dicts);
-    pure       params as plain nested dicts (`init_train_state`, train.py's layout);
+    nnx        params as an nnx.State of Variables (`nnx.state(model, nnx.Param)`, the
+               layout before the train state switched to plain dicts);
+    pure       params as plain nested dicts: the state as returned (train.py's layout);
     pure_flat  pure, and the optimizer wrapped in `optax.flatten` (one update over one
-               vector instead of one per parameter array);
+               vector instead of one per parameter array); `make_train_step` builds its
+               optimizer itself (`build_optimizer(cfg.train)`), so for this variant that
+               call is patched to return the flattened one;
 
 it reports `compile_s` (first call), `step_ms` (median of 3 timings of `--steps` steps,
 synced once after each) and `dispatch_ms` (host time to issue one step while the device is
@@ -54,7 +58,7 @@ from bench.train_throughput import (  # noqa: E402
     shape_of,
 )
 from bench.train_throughput import parse_args as throughput_args  # noqa: E402
-from models.timing import covered_length  # noqa: E402
+from models.compilation import covered_length  # noqa: E402
 
 VARIANTS = ("nnx", "pure", "pure_flat")
 MODEL_OVERRIDES = ("attention_impl", "embedding_grad", "vocab_size", "d_model", "num_heads",
@@ -76,20 +80,32 @@ def timed_calls(fn, state, batch, steps: int) -> tuple[object, float, float]:
     return state, (end - start) / steps, (issued - start) / steps
 
 
-def build_state(model, optimizer, variant: str) -> dict:
-    """The train state of `variant` (see the module docstring)."""
+def setup_variant(graphdef, base: dict, cfg_train, variant: str) -> tuple[dict, object, object]:
+    """(train state, jitted train step, its optimizer) of `variant` (module docstring).
+
+    `base` is the state `create_train_state` returned; it is copied, not consumed (the
+    step donates its state, and `base` serves every variant)."""
+    from unittest import mock
+
     import jax
     import jax.numpy as jnp
+    import optax
     from flax import nnx
 
-    from models.training import init_train_state
+    from models import training
 
-    # A copy: the step donates the state, and the model's own arrays serve every variant.
-    state = jax.tree.map(jnp.array, init_train_state(model, optimizer))
+    optimizer = training.build_optimizer(cfg_train)
+    state = jax.tree.map(jnp.array, base)
     if variant == "nnx":  # the layout before the train state held plain dicts
-        params = jax.tree.map(jnp.array, nnx.state(model, nnx.Param))
-        state = {**state, "params": params, "opt_state": optimizer.init(params)}
-    return state
+        state["params"] = nnx.state(nnx.merge(graphdef, state["params"]), nnx.Param)
+        state["opt_state"] = optimizer.init(state["params"])
+    if not variant.endswith("_flat"):
+        return state, training.make_train_step(graphdef, cfg_train), optimizer
+    optimizer = optax.flatten(optimizer)
+    state["opt_state"] = optimizer.init(state["params"])
+    # make_train_step calls build_optimizer(cfg_train) once, when it builds the step.
+    with mock.patch.object(training, "build_optimizer", lambda _: optimizer):
+        return state, training.make_train_step(graphdef, cfg_train), optimizer
 
 
 def trace_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:
@@ -121,18 +137,22 @@ def trace_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:
     }
 
 
-def part_programs(graphdef, optimizer, cfg, state, batch) -> dict[str, tuple]:
-    """{name: (jitted fn, its arguments)} for the forward, forward+backward and optimizer."""
+def part_programs(graphdef, cfg_train, state, batch, optimizer=None) -> dict[str, tuple]:
+    """{name: (jitted fn, its arguments)} for the parts of the train step, each its own
+    program: "forward" (the loss), "forward+backward" (`value_and_grad` of it) and
+    "optimizer" (the update applied to the parameters; `optimizer` defaults to
+    `build_optimizer(cfg_train)`, the train step's). Also used by bench/compile_profile.py."""
     import jax
     import optax
     from flax import nnx
 
-    from models.training import batch_loss
+    from models.training import batch_loss, build_optimizer
 
     key = jax.random.key(0)
+    optimizer = build_optimizer(cfg_train) if optimizer is None else optimizer
 
     def loss(params, b):
-        return batch_loss(nnx.merge(graphdef, params), b, cfg.train.label_smoothing, key)[0]
+        return batch_loss(nnx.merge(graphdef, params), b, cfg_train.label_smoothing, key)[0]
 
     def update(opt_state, params, grads):
         updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -141,9 +161,9 @@ def part_programs(graphdef, optimizer, cfg, state, batch) -> dict[str, tuple]:
     params = state["params"]
     grads = jax.tree.map(lambda x: x * 1e-3, params)
     return {
-        "forward_ms": (jax.jit(loss), (params, batch)),
-        "forward_backward_ms": (jax.jit(jax.value_and_grad(loss)), (params, batch)),
-        "optimizer_ms": (jax.jit(update), (state["opt_state"], params, grads)),
+        "forward": (jax.jit(loss), (params, batch)),
+        "forward+backward": (jax.jit(jax.value_and_grad(loss)), (params, batch)),
+        "optimizer": (jax.jit(update), (state["opt_state"], params, grads)),
     }
 
 
@@ -162,17 +182,10 @@ def time_program(fn, args: tuple, steps: int) -> float:
 def profile(args: argparse.Namespace) -> dict:
     """Every measurement of the module docstring; returns the JSON result."""
     import jax
-    import optax
     from flax import nnx
 
     from data.batching import padding_fraction
-    from models.training import (
-        build_model,
-        build_optimizer,
-        make_mesh,
-        make_train_step,
-        shard_batch,
-    )
+    from models.training import create_train_state, make_mesh, shard_batch
 
     mesh = make_mesh()
     rows = []
@@ -188,15 +201,11 @@ def profile(args: argparse.Namespace) -> dict:
         # The fullest of the first 8 batches: a bucket's last batch can be mostly pad rows.
         host_batch = max(candidates, key=lambda b: int((b["tgt_out"] != 0).sum()))
         batch = shard_batch(host_batch, mesh)
-        model = build_model(cfg, vocab, vocab, cfg.train.seed)
-        model_gflop = count_matmul_params(model).batch_flops(host_batch)[0] / 1e9
-        graphdef = nnx.graphdef(model)
+        graphdef, base = create_train_state(cfg, vocab, vocab, mesh)
+        counter = count_matmul_params(nnx.merge(graphdef, base["params"]))
+        model_gflop = counter.batch_flops(host_batch)[0] / 1e9
         for variant in args.variants:
-            optimizer = build_optimizer(cfg.train)
-            if variant.endswith("_flat"):
-                optimizer = optax.flatten(optimizer)
-            state = build_state(model, optimizer, variant)
-            step = make_train_step(graphdef, optimizer, cfg.train)
+            state, step, optimizer = setup_variant(graphdef, base, cfg.train, variant)
             fn = lambda s, b, step=step: step(s, b)[0]  # noqa: E731
             row = {"batch_tokens": batch_tokens, "shape": "x".join(map(str, shape_of(host_batch))),
                    "variant": variant, "dropout": cfg.model.dropout,
@@ -228,9 +237,10 @@ def profile(args: argparse.Namespace) -> dict:
                     state, _, _ = timed_calls(fn, state, batch, 5)
                 row["trace"] = trace_summary(args.trace, 5)
             if args.parts and variant == args.variants[0]:
-                programs = part_programs(graphdef, optimizer, cfg, state, batch)
+                programs = part_programs(graphdef, cfg.train, state, batch, optimizer)
                 for name, (program, program_args) in programs.items():
-                    row[name] = time_program(program, program_args, args.steps) * 1e3
+                    row[f"{name.replace('+', '_')}_ms"] = (
+                        time_program(program, program_args, args.steps) * 1e3)
                 del programs
             del state
             rows.append(row)

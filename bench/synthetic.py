@@ -1,4 +1,4 @@
-"""The standard comparison batches of issue 6, shared by every training benchmark.
+"""The standard comparison batches shared by every training benchmark.
 
 Source and target lengths each round(N(16, 6)) clipped to [4, 40], token ids uniform in
 [4, vocab), pairs added to a batch while n_sentences * max(longest source, longest

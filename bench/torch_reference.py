@@ -1,4 +1,4 @@
-"""The PyTorch reference of issue 6: `nn.Transformer` (pre-LN) on the same synthetic batches.
+"""The PyTorch reference: `nn.Transformer` (pre-LN) on the same synthetic batches.
 
     python bench/torch_reference.py --size tiny|base [--steps 20] [--warmup 3]
         [--threads 2] [--batch_tokens 4096] [--vocab_size 8000] [--dropout 0.2] [--json OUT]

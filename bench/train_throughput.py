@@ -4,10 +4,10 @@
         [--batch_tokens 4096] [--synthetic] [--vocab_size 8000] [--dtype float32]
         [--json OUT]
 
-The model, optimizer and step come from `models.training` (build_model, build_optimizer,
-init_train_state, make_train_step, make_mesh, replicate, shard_batch): the same jitted
-full step train.py runs (forward, backward, AdamW update, non-finite guard), with the
-same `shard_batch` call per step. Model sizes:
+The model, optimizer and step are set up as train.py sets them up, by `models.training`
+(`create_train_state` on `make_mesh()`, `make_train_step`): the same jitted full step
+(forward, backward, AdamW update, non-finite guard), with the same `shard_batch` call
+per step. Model sizes:
 
     tiny  d_model 128, 4+4 layers, 4 heads, d_ff 256   (configs/multi30k_de_en_cpu.py)
     base  d_model 512, 6+6 layers, 8 heads, d_ff 2048  (Vaswani et al. 2017 "base")
@@ -184,16 +184,8 @@ def run(args: argparse.Namespace) -> dict:
 
     from data.batching import padding_fraction
     from data.packing import pack_batch
-    from models.timing import CompileTimer
-    from models.training import (
-        build_model,
-        build_optimizer,
-        init_train_state,
-        make_mesh,
-        make_train_step,
-        replicate,
-        shard_batch,
-    )
+    from models.compilation import CompileTimer
+    from models.training import create_train_state, make_mesh, make_train_step, shard_batch
 
     cfg = make_config(args)
     mesh = make_mesh()
@@ -213,12 +205,10 @@ def run(args: argparse.Namespace) -> dict:
     pack_ms = (time.perf_counter() - pack_start) / len(batches) * 1e3
     warm, measured = batches[:args.warmup], batches[args.warmup:]
 
-    model = build_model(cfg, vocab, vocab, cfg.train.seed)
-    counter = count_matmul_params(model)
-    params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    optimizer = build_optimizer(cfg.train)
-    state = replicate(init_train_state(model, optimizer), mesh)
-    train_step = make_train_step(nnx.graphdef(model), optimizer, cfg.train)
+    graphdef, state = create_train_state(cfg, vocab, vocab, mesh)
+    counter = count_matmul_params(nnx.merge(graphdef, state["params"]))
+    params = sum(x.size for x in jax.tree.leaves(state["params"]))
+    train_step = make_train_step(graphdef, cfg.train)
 
     # 1. First call per distinct shape (compilation), each synced.
     first_call: dict[tuple[int, ...], float] = {}

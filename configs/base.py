@@ -9,6 +9,9 @@ Override any field on the command line:
 
 import ml_collections
 
+# data.dataset values; each has a loader in data/corpora.py.
+DATASETS = ("multi30k", "tatoeba", "text", "hf")
+
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the base config with groups data, model, train, eval,
@@ -64,9 +67,7 @@ def get_config() -> ml_collections.ConfigDict:
     model.dtype = "float32"
     model.param_dtype = "float32"
     model.attention_impl = "auto"
-    # Gradient of the embedding tables: "one_hot" matmul or "scatter"-add; "auto" = one_hot
-    # on GPU/TPU, scatter on CPU (models/layers.py embedding_lookup).
-    model.embedding_grad = "auto"
+    model.embedding_grad = "auto"  # configs/model.py documents every model field
 
     config.train = train = ml_collections.ConfigDict()
     train.num_steps = 20000

@@ -31,7 +31,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -44,8 +43,10 @@ from ml_collections import config_flags
 from ml_collections.config_flags import config_flags as config_flags_lib
 from ml_collections.config_flags import config_path
 
+from configs.base import DATASETS
 from configs.errors import UserError
-from data.corpora import check_dataset_name
+from configs.files import write_atomic
+from configs.model import ModelConfig
 
 DEBUG_ENV = "ATTNMT_DEBUG"
 CONFIG_JSON = "config.json"
@@ -210,13 +211,12 @@ def resolve_config(config_flag: flags.FlagHolder) -> ml_collections.ConfigDict:
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Checks values that types alone cannot; raises UserError naming the key."""
     data = config.data
-    check_dataset_name(data.dataset)
+    if data.dataset not in DATASETS:
+        raise UserError(f"unknown dataset {data.dataset!r} (known: {', '.join(DATASETS)})")
     if data.source_lang == data.target_lang:
         raise UserError(f"data.source_lang and data.target_lang are both {data.source_lang!r}")
     choices = {"data.spm_model_type": (data.spm_model_type, ("unigram", "bpe")),
-               "data.long_pairs": (data.long_pairs, ("drop", "truncate")),
-               "model.embedding_grad": (config.model.get("embedding_grad", "auto"),
-                                        ("auto", "scatter", "one_hot"))}
+               "data.long_pairs": (data.long_pairs, ("drop", "truncate"))}
     for key, (value, allowed) in choices.items():
         if value not in allowed:
             raise UserError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
@@ -226,17 +226,15 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                 "train.num_steps": (config.train.num_steps, 1),
                 "eval.beam_size": (config.eval.beam_size, 1),
                 "eval.batch_size": (config.eval.batch_size, 1),
-                "checkpoint.every_steps": (config.checkpoint.every_steps, 1),
-                "model.num_heads": (config.model.num_heads, 1)}
+                "checkpoint.every_steps": (config.checkpoint.every_steps, 1)}
     for key, (value, low) in minimums.items():
         if value < low:
             raise UserError(f"{key} must be at least {low}, got {value}")
-    for key in ("dropout", "attention_dropout"):
-        if not 0.0 <= config.model[key] < 1.0:
-            raise UserError(f"model.{key} must be in [0, 1), got {config.model[key]}")
-    if config.model.d_model % config.model.num_heads:
-        raise UserError(f"model.d_model={config.model.d_model} is not divisible by "
-                        f"model.num_heads={config.model.num_heads}")
+    if config.model.share_embeddings and not data.joint_vocab:
+        raise UserError("model.share_embeddings needs one joint vocabulary (data.joint_vocab=True)")
+    # The model's own checks (sizes, divisibility, choices), before any file is written.
+    ModelConfig.from_config(config.model, src_vocab_size=data.vocab_size,
+                            tgt_vocab_size=data.vocab_size)
 
 
 def main_guard(main: Callable[[list[str]], Any]) -> Callable[[list[str]], Any]:
@@ -270,24 +268,6 @@ def run(main: Callable[[list[str]], Any]) -> None:
 def config_to_json(config: ml_collections.ConfigDict) -> str:
     """The config as stable JSON text: sorted keys, 2-space indent, final newline."""
     return json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n"
-
-
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Writes `text` to `path` through a temporary file, fsync and os.replace, so a crash
-    never leaves a half-written file over a good one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def write_config_json(config: ml_collections.ConfigDict, workdir: str | Path) -> Path:

@@ -1,4 +1,5 @@
-"""Multi30k German->English, the README default: the best recipe found (issue 7).
+"""Multi30k German->English, the README default: the best recipe found
+(README, "Multi30k: the selected recipes").
 
 Transformer-tiny (4+4 layers, d_model 128, 4 heads, d_ff 256) with heavy dropout (0.3),
 a joint SentencePiece BPE vocabulary of 10,000, lr 0.005 after 2,000 warmup steps,

@@ -1,4 +1,4 @@
-"""Multi30k German->English within 60 minutes on a 2-core CPU (SPEC §6: >= 35 BLEU).
+"""Multi30k German->English within 60 minutes on a 2-core CPU (target: >= 35 BLEU).
 
 The Transformer-tiny of configs/multi30k_de_en.py, tuned for a short run: lighter
 dropout (0.2), a smaller unigram vocabulary (6,000), a higher early learning rate

@@ -257,23 +257,6 @@ def padding_fraction(batches: Iterable[Batch]) -> float:
     return 1.0 - nonpad / total if total else 0.0
 
 
-def host_slice(batch: Batch, process_index: int, process_count: int) -> Batch:
-    """This host's contiguous share of a global batch's rows (multi-host runs).
-
-    B must be divisible by process_count (make batch_multiple a multiple of the
-    global device count); num_tokens is recounted for the slice.
-    """
-    rows = batch["src"].shape[0]
-    if rows % process_count:
-        raise ValueError(f"batch of {rows} rows does not split over {process_count} hosts")
-    share = rows // process_count
-    part = {key: value[process_index * share:(process_index + 1) * share]
-            for key, value in batch.items() if isinstance(value, np.ndarray)}
-    if "tgt_out" in part:
-        part["num_tokens"] = int(np.count_nonzero(part["tgt_out"] != PAD_ID))
-    return part
-
-
 def prefetch(iterator: Iterable, size: int = 2) -> Iterator:
     """Runs `iterator` in a background thread, keeping up to `size` items ready.
 

@@ -26,6 +26,7 @@ Bad input raises `DataError` with a one-line message naming the file.
 """
 
 import gzip
+import hashlib
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,7 @@ from pathlib import Path
 import ml_collections
 import numpy as np
 
+from configs.base import DATASETS
 from configs.errors import UserError
 
 SPLITS = ("train", "valid", "test")
@@ -311,6 +313,9 @@ LOADERS: dict[str, Callable[[ml_collections.ConfigDict, str], Corpus]] = {
 }
 
 
+assert tuple(LOADERS) == DATASETS, "configs/base.py DATASETS and LOADERS must agree"
+
+
 def check_dataset_name(name: str) -> None:
     """Raises DataError for a `data.dataset` value that is not registered."""
     if name not in LOADERS:
@@ -354,7 +359,12 @@ def load_corpus(cfg_data: ml_collections.ConfigDict, split: str) -> Corpus:
     return sources, targets
 
 
-def write_lines(path: str | Path, lines: list[str]) -> None:
-    """Writes one line per string (UTF-8, "\\n"); used for fixtures and outputs."""
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(line + "\n" for line in lines)
+def corpus_fingerprint(sources: list[str], targets: list[str]) -> str:
+    """SHA-256 of the training pairs as loaded (after filtering and max_train_sentences);
+    a checkpoint stores it so that a resume on other data is refused."""
+    digest = hashlib.sha256()
+    for side in (sources, targets):
+        for line in side:
+            digest.update(line.encode("utf-8") + b"\n")
+        digest.update(b"\0")
+    return digest.hexdigest()

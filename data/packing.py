@@ -23,6 +23,8 @@ pipeline's thread.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import numpy as np
 
 from data.batching import Batch, round_up
@@ -92,3 +94,12 @@ def pack_batch(batch: Batch, length: int, rows_multiple: int = 8) -> Batch:
         if key not in ("src", "tgt_in", "tgt_out"):
             out[key] = value
     return out
+
+
+def pack_batches(batches: Iterable[tuple[int, int, Batch]], length: int,
+                 rows_multiple: int) -> Iterator[tuple[int, int, Batch]]:
+    """(epoch, index, batch) with each batch's pairs packed into rows of `length`
+    (`pack_batch`); unchanged when `length` is 0. train.py runs it in the prefetch thread,
+    off the training step."""
+    for epoch, index, batch in batches:
+        yield epoch, index, (pack_batch(batch, length, rows_multiple) if length else batch)

@@ -21,6 +21,7 @@ are fixed, and no path is stored in the model: the same text and settings give
 a byte-identical `.model` file on any machine.
 """
 
+import hashlib
 import io
 import json
 import os
@@ -35,6 +36,7 @@ import sentencepiece as spm
 
 from data.corpora import DataError, read_lines
 
+# The special token ids, the same in every vocabulary; the one place they are defined.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 # SentencePiece's result depends on its thread count, so it is fixed rather than
 # os.cpu_count(): the same text gives the same tokenizer on every machine. Extra
@@ -176,7 +178,7 @@ class Tokenizer:
         return self._pieces(self._target, ids)
 
 
-def _tokenizer_meta(cfg_data: ml_collections.ConfigDict) -> dict:
+def tokenizer_meta(cfg_data: ml_collections.ConfigDict) -> dict:
     return {"joint_vocab": bool(cfg_data.joint_vocab), "vocab_size": int(cfg_data.vocab_size),
             "model_type": str(cfg_data.spm_model_type),
             "character_coverage": float(cfg_data.character_coverage),
@@ -205,7 +207,7 @@ def load_or_train_tokenizer(tokenizer_dir: Path, cfg_data: ml_collections.Config
         is not a tokenizer folder.
     """
     tokenizer_dir = Path(tokenizer_dir)
-    meta = _tokenizer_meta(cfg_data)
+    meta = tokenizer_meta(cfg_data)
     meta_path = tokenizer_dir / META_FILE
     if not meta_path.is_file():
         if tokenizer_dir.is_dir() and any(tokenizer_dir.iterdir()):
@@ -276,3 +278,11 @@ def encode_for_training(tokenizer: Tokenizer, sources: Sequence[str], targets: S
             if len(s) <= max_length and len(t) + 1 <= max_length]
     dropped = len(source_ids) - len(keep)
     return [source_ids[i] for i in keep], [target_ids[i] for i in keep], dropped
+
+
+def tokenizer_fingerprint(directory: Path) -> str:
+    """SHA-256 of the SentencePiece model file(s) in `directory` (stored in checkpoints)."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.model")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()

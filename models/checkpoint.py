@@ -186,22 +186,26 @@ def abstract_of(tree):
 
 
 def choose_step(manager: ocp.CheckpointManager, which: str) -> int:
-    """Resolve `best` | `last` | a step number to a saved step (UserError if impossible)."""
+    """Resolve `best` | `last` | a step number to a saved step (UserError if impossible).
+
+    `best` is the step with the best validation BLEU: orbax's metrics when the checkpoints
+    carry them, else the `best_step` the training loop stores in the newest checkpoint's
+    meta item, else (that step no longer saved) the newest step.
+    """
     steps = manager.all_steps()
     if not steps:
         raise UserError(f"no checkpoint in {manager.directory} (train first)")
     if which == "last":
         return max(steps)
     if which == "best":
-        best = manager.best_step() if _has_metrics(manager) else None
-        return best if best is not None else max(steps)
+        if any(manager.metrics(s) for s in steps):
+            best = manager.best_step()
+        else:
+            best = restore_meta(manager, max(steps)).get("best_step")
+        return best if isinstance(best, int) and best in steps else max(steps)
     if not which.isdigit() or int(which) not in steps:
         raise UserError(f"checkpoint {which!r} not found; saved steps: {sorted(steps)}")
     return int(which)
-
-
-def _has_metrics(manager: ocp.CheckpointManager) -> bool:
-    return any(manager.metrics(s) for s in manager.all_steps())
 
 
 def average_params(param_trees: list) -> object:

@@ -16,6 +16,7 @@ from flax import nnx
 
 from attention import CausalSelfAttention, CrossAttention, CrossKV, KVCache, SelfAttention
 from attention.dropout import dropout
+from configs.model import EMBEDDING_GRADS, ModelConfig
 
 ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu}
 
@@ -36,9 +37,6 @@ def sinusoidal_positions(positions: jnp.ndarray, dim: int) -> jnp.ndarray:
     return enc.reshape(*positions.shape, -1)[..., :dim]
 
 
-EMBEDDING_GRADS = ("auto", "scatter", "one_hot")
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def embedding_lookup(table: jnp.ndarray, ids: jnp.ndarray, dtype, grad: str = "auto"):
     """Rows of `table` [V, D] at `ids` int [...], cast to `dtype`: [..., D].
@@ -47,10 +45,9 @@ def embedding_lookup(table: jnp.ndarray, ids: jnp.ndarray, dtype, grad: str = "a
     says: "scatter" adds each row's gradient into its table row (XLA scatter-add, what
     `jnp.take` differentiates to); "one_hot" multiplies one_hot(ids)^T [V, N] by the
     gradients [N, D] in `dtype` on the matrix units; "auto" takes "one_hot" on GPU/TPU and
-    "scatter" on CPU. On an H100 the bf16 scatter of a 32,768-token batch of the base model
-    took 37.7 of its 94.8 ms step (repeated ids serialise the adds); the one-hot product is
-    2 * N * V * D FLOPs and an N x V buffer in `dtype` (N tokens of the batch), negligible
-    there but not on a CPU (bench/README.md, GPU).
+    "scatter" on CPU: a GPU serialises the scatter's repeated ids, while the one-hot product
+    (2 * N * V * D FLOPs and an N x V buffer in `dtype`, N tokens of the batch) runs on the
+    matrix units; on a CPU the buffer costs more than the scatter (bench/README.md, GPU).
     """
     return jnp.take(table, ids, axis=0).astype(dtype)
 
@@ -84,19 +81,19 @@ class Embeddings(nnx.Module):
     The token table doubles as the output projection when embeddings are shared.
     """
 
-    def __init__(self, vocab_size: int, cfg, *, rngs: nnx.Rngs):
-        self.d_model = cfg.d_model
-        self.kind = cfg.positions
-        self.dtype = jnp.dtype(cfg.dtype)
-        self.grad = cfg.get("embedding_grad", "auto")
+    def __init__(self, vocab_size: int, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.d_model = config.d_model
+        self.kind = config.positions
+        self.dtype = jnp.dtype(config.dtype)
+        self.grad = config.embedding_grad
         self.tokens = nnx.Embed(
-            vocab_size, cfg.d_model, dtype=self.dtype, param_dtype=jnp.dtype(cfg.param_dtype),
-            embedding_init=nnx.initializers.normal(cfg.d_model**-0.5), rngs=rngs,
+            vocab_size, config.d_model, dtype=self.dtype,
+            param_dtype=jnp.dtype(config.param_dtype),
+            embedding_init=nnx.initializers.normal(config.d_model**-0.5), rngs=rngs,
         )
         if self.kind == "learned":
-            self.positions = nnx.Embed(cfg.max_positions, cfg.d_model, dtype=self.dtype, rngs=rngs)
-        elif self.kind != "sinusoidal":
-            raise ValueError(f"model.positions must be 'sinusoidal' or 'learned', got {self.kind!r}")
+            self.positions = nnx.Embed(config.max_positions, config.d_model, dtype=self.dtype,
+                                       rngs=rngs)
 
     def __call__(self, ids: jnp.ndarray, positions: jnp.ndarray) -> jnp.ndarray:
         """ids: int [B, T]; positions: int [B, T] or [T]. Returns [B, T, D]."""
@@ -117,37 +114,39 @@ class Embeddings(nnx.Module):
 class FeedForward(nnx.Module):
     """Position-wise feed-forward: Linear(D -> d_ff), activation, dropout, Linear(d_ff -> D)."""
 
-    def __init__(self, cfg, *, rngs: nnx.Rngs):
-        kw = dict(dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
-        self.up = nnx.Linear(cfg.d_model, cfg.d_ff, **kw)
-        self.down = nnx.Linear(cfg.d_ff, cfg.d_model, **kw)
-        self.activation = ACTIVATIONS[cfg.activation]
-        self.rate = cfg.dropout
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        kw = dict(dtype=jnp.dtype(config.dtype), param_dtype=jnp.dtype(config.param_dtype),
+                  rngs=rngs)
+        self.up = nnx.Linear(config.d_model, config.d_ff, **kw)
+        self.down = nnx.Linear(config.d_ff, config.d_model, **kw)
+        self.activation = ACTIVATIONS[config.activation]
+        self.rate = config.dropout
 
     def __call__(self, x: jnp.ndarray, dropout_rng: jax.Array | None) -> jnp.ndarray:
         """x: [B, T, D] -> [B, T, D]."""
         return self.down(dropout(self.activation(self.up(x)), self.rate, dropout_rng))
 
 
-def _attention_kwargs(cfg) -> dict:
+def _attention_kwargs(config: ModelConfig) -> dict:
     return dict(
-        dropout_rate=cfg.attention_dropout, dtype=jnp.dtype(cfg.dtype),
-        param_dtype=jnp.dtype(cfg.param_dtype), attention_impl=cfg.attention_impl,
+        dropout_rate=config.attention_dropout, dtype=jnp.dtype(config.dtype),
+        param_dtype=jnp.dtype(config.param_dtype), attention_impl=config.attention_impl,
     )
 
 
-def _norm(cfg, rngs: nnx.Rngs) -> nnx.LayerNorm:
-    return nnx.LayerNorm(cfg.d_model, epsilon=1e-6, dtype=jnp.dtype(cfg.dtype),
-                         param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
+def layer_norm(config: ModelConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
+    """LayerNorm over d_model (epsilon 1e-6) in the config's dtypes."""
+    return nnx.LayerNorm(config.d_model, epsilon=1e-6, dtype=jnp.dtype(config.dtype),
+                         param_dtype=jnp.dtype(config.param_dtype), rngs=rngs)
 
 
 class Residual(nnx.Module):
     """One residual sublayer with its layer norm: pre-LN `x + f(LN(x))` or post-LN `LN(x + f(x))`."""
 
-    def __init__(self, cfg, *, rngs: nnx.Rngs):
-        self.norm = _norm(cfg, rngs)
-        self.pre_ln = cfg.pre_ln
-        self.rate = cfg.dropout
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.norm = layer_norm(config, rngs)
+        self.pre_ln = config.pre_ln
+        self.rate = config.dropout
 
     def __call__(self, x, sublayer, dropout_rng):
         """x: [B, T, D]; sublayer maps [B, T, D] -> ([B, T, D], extra). Returns (y, extra)."""
@@ -159,11 +158,12 @@ class Residual(nnx.Module):
 class EncoderLayer(nnx.Module):
     """Self-attention + feed-forward, each in a residual block."""
 
-    def __init__(self, cfg, *, rngs: nnx.Rngs):
-        self.attention = SelfAttention(cfg.d_model, cfg.num_heads, **_attention_kwargs(cfg), rngs=rngs)
-        self.feed_forward = FeedForward(cfg, rngs=rngs)
-        self.attention_block = Residual(cfg, rngs=rngs)
-        self.feed_forward_block = Residual(cfg, rngs=rngs)
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.attention = SelfAttention(config.d_model, config.num_heads,
+                                       **_attention_kwargs(config), rngs=rngs)
+        self.feed_forward = FeedForward(config, rngs=rngs)
+        self.attention_block = Residual(config, rngs=rngs)
+        self.feed_forward_block = Residual(config, rngs=rngs)
 
     def __call__(self, x, valid, dropout_rng=None, return_weights=False, mask=None):
         """x: [B, S, D]; valid: bool [B, S]; mask: optional attention mask replacing the
@@ -181,14 +181,14 @@ class EncoderLayer(nnx.Module):
 class DecoderLayer(nnx.Module):
     """Causal self-attention, cross-attention to the encoder, feed-forward; each residual."""
 
-    def __init__(self, cfg, *, rngs: nnx.Rngs):
-        kw = _attention_kwargs(cfg)
-        self.self_attention = CausalSelfAttention(cfg.d_model, cfg.num_heads, **kw, rngs=rngs)
-        self.cross_attention = CrossAttention(cfg.d_model, cfg.num_heads, **kw, rngs=rngs)
-        self.feed_forward = FeedForward(cfg, rngs=rngs)
-        self.self_block = Residual(cfg, rngs=rngs)
-        self.cross_block = Residual(cfg, rngs=rngs)
-        self.feed_forward_block = Residual(cfg, rngs=rngs)
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        kw = _attention_kwargs(config)
+        self.self_attention = CausalSelfAttention(config.d_model, config.num_heads, **kw, rngs=rngs)
+        self.cross_attention = CrossAttention(config.d_model, config.num_heads, **kw, rngs=rngs)
+        self.feed_forward = FeedForward(config, rngs=rngs)
+        self.self_block = Residual(config, rngs=rngs)
+        self.cross_block = Residual(config, rngs=rngs)
+        self.feed_forward_block = Residual(config, rngs=rngs)
 
     def __call__(self, y, valid, cross_kv: CrossKV, dropout_rng=None, return_weights=False,
                  self_mask=None, cross_mask=None):

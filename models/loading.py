@@ -1,7 +1,8 @@
 """Load a trained run for inference: its tokenizer and the parameters of one checkpoint
 (or the element-wise mean of several), checked against the run's config.json.
 
-Used by evaluate.py, attention/gold_aer.py and bench/decode_speed.py.
+Used by evaluate.py, attention/gold_aer.py and bench/decode_speed.py. Heavy imports
+(JAX, orbax) happen inside the functions, so evaluate.py checks its inputs first.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from configs.errors import UserError
 
 def load_tokenizer(workdir: Path, cfg: ml_collections.ConfigDict):
     """The run's tokenizer, checked against config.json (UserError if missing or foreign)."""
-    from data.tokenizer import META_FILE, Tokenizer, _tokenizer_meta
+    from data.tokenizer import META_FILE, Tokenizer, tokenizer_meta
 
     directory = workdir / "tokenizer"
     if not directory.is_dir():
@@ -30,7 +31,7 @@ def load_tokenizer(workdir: Path, cfg: ml_collections.ConfigDict):
             saved = json.loads(meta_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise UserError(f"{meta_path}: invalid JSON ({e})") from None
-        expected = _tokenizer_meta(cfg.data)
+        expected = tokenizer_meta(cfg.data)
         changed = [f"{k}: {saved.get(k)!r} in the tokenizer, {v!r} in config.json"
                    for k, v in expected.items() if saved.get(k) != v]
         if changed:
@@ -51,7 +52,7 @@ class LoadedParams:
     """A model with restored (possibly averaged) parameters."""
 
     model: object  # models.transformer.Transformer
-    params: object  # nnx.State of the nnx.Param variables
+    params: dict  # the parameters as plain nested dicts (the train state's "params")
     steps: list[int]  # the checkpoint step(s) the parameters come from, oldest first
     requested: str  # the --checkpoint value the steps were resolved from
 
@@ -65,37 +66,6 @@ def checkpoint_dir(workdir: Path) -> Path:
     return directory
 
 
-def _read_meta(manager, step: int) -> dict:
-    import orbax.checkpoint as ocp
-
-    try:
-        restored = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        return dict(restored["meta"])
-    except Exception as err:  # noqa: BLE001 - orbax raises many types for damaged files
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"cannot read checkpoint step {step} in {manager.directory}: "
-                        f"{first[:300]}") from err
-
-
-def best_step(manager) -> int:
-    """The saved step with the best validation BLEU.
-
-    Uses orbax's metrics when the checkpoints carry them (`choose_step`); otherwise the
-    `best_step` that the training loop stores in each checkpoint's meta item, read from
-    the newest checkpoint; the newest step if that one is no longer saved.
-    """
-    from models import checkpoint as ckpt
-
-    steps = manager.all_steps()
-    if any(manager.metrics(s) for s in steps):
-        return ckpt.choose_step(manager, "best")
-    latest = max(steps)
-    best = _read_meta(manager, latest).get("best_step", -1)
-    if isinstance(best, int) and best in steps:
-        return best
-    return latest
-
-
 def resolve_steps(manager, checkpoint: str | None, average_last: int = 0) -> list[int]:
     """Checkpoint step(s) to load, oldest first.
 
@@ -107,8 +77,7 @@ def resolve_steps(manager, checkpoint: str | None, average_last: int = 0) -> lis
     steps = sorted(manager.all_steps())
     if not steps:
         raise UserError(f"no checkpoint in {manager.directory}: train first")
-    which = checkpoint or ("last" if average_last else "best")
-    newest = best_step(manager) if which == "best" else ckpt.choose_step(manager, which)
+    newest = ckpt.choose_step(manager, checkpoint or ("last" if average_last else "best"))
     if average_last <= 0:
         return [newest]
     window = [s for s in steps if s <= newest][-average_last:]
@@ -130,16 +99,16 @@ def load_params(workdir: str | Path, checkpoint: str | None = None, average_last
     from flax import nnx
 
     from models import checkpoint as ckpt
-    from models.training import build_model, build_optimizer, init_train_state
+    from models.training import create_train_state
 
     workdir = Path(workdir)
     cfg = cfg if cfg is not None else cli.load_config_json(workdir)
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(workdir, cfg)
     manager = ckpt.make_manager(checkpoint_dir(workdir), cfg.checkpoint.keep, read_only=True)
     steps = resolve_steps(manager, checkpoint, average_last)
-    model = build_model(cfg, tokenizer.source_vocab_size, tokenizer.target_vocab_size,
-                        cfg.train.seed)
-    abstract = ckpt.abstract_of(init_train_state(model, build_optimizer(cfg.train)))
+    graphdef, state = create_train_state(cfg, tokenizer.source_vocab_size,
+                                         tokenizer.target_vocab_size)
+    abstract = ckpt.abstract_of(state)
     trees = []
     for step in steps:
         try:
@@ -165,9 +134,6 @@ def load_params(workdir: str | Path, checkpoint: str | None = None, average_last
                                if others else "")) from err
         trees.append(state["params"])
     params = trees[0] if len(trees) == 1 else ckpt.average_params(trees)
-    nnx.update(model, params)
+    model = nnx.merge(graphdef, params)
     return LoadedParams(model, params, list(steps), checkpoint or ("last" if average_last
                                                                    else "best"))
-
-
-# -------------------------------------------------------------------------- decoding

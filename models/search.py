@@ -2,10 +2,10 @@
 
 Both searches are one `jax.lax.while_loop` over `Transformer.decode_step`, batched,
 with an early exit once every sentence is finished. They are pure functions of the
-model and the source ids, so they trace inside `jax.jit`; `translate` is the jitted
-entry point.
+model and the source ids, so they trace inside `jax.jit`; the jitted entry points
+(`translate`, `translate_split`) are in models/translate.py.
 
-Conventions (the same as `data/tokenizer.py`): pad = 0, unk = 1, bos = 2, eos = 3.
+Token ids come from `data/tokenizer.py` (pad = 0, unk = 1, bos = 2, eos = 3).
 Decoding starts from [bos]; pad and bos are never generated (their log-probability
 is set to -inf after the log-softmax, so the scores stay the model's own log-probs).
 
@@ -48,31 +48,21 @@ Beam search (cf. the Flax WMT example and GNMT, with fairseq/Hugging Face admiss
     store is returned.
   * `beam_size=1` is greedy search (the same output as `greedy_search`; `scores` are
     then normalized with `length_penalty`).
-
-jit pattern: `translate(model, src, ...)` splits the model (`nnx.split`) and calls one
-`jax.jit`-compiled function of (graphdef [static], state, src, length_penalty [traced])
-that merges the model inside the trace. Plain `jax.jit` over the split state has the
-smallest per-call overhead on CPU (no NNX graph traversal inside the call, unlike
-`nnx.jit`), and the length penalty is traced, so changing it does not recompile. One
-compilation per (graph, src shape, beam_size, max_length, return_weights); callers that
-already hold the split model use `translate_split`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from attention.cache import reorder_batch
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from models.transformer import DecodeState
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 NEVER_GENERATED = (PAD_ID, BOS_ID)
 _NEG_INF = -jnp.inf
 
@@ -85,6 +75,47 @@ class SearchOutput(NamedTuple):
     log_probs: jnp.ndarray
     scores: jnp.ndarray
     weights: dict | None
+
+
+class _GreedyState(NamedTuple):
+    """The greedy loop carry (a pytree); B sentences, T = max_length, L layers, H heads."""
+
+    t: jnp.ndarray  # int32 []: the step, = tokens generated so far per unfinished sentence
+    last: jnp.ndarray  # int32 [B]: the token fed at step t (bos first, pad once finished)
+    tokens: jnp.ndarray  # int32 [B, T]: the output so far (pad after eos)
+    lengths: jnp.ndarray  # int32 [B]: tokens generated, eos included
+    log_probs: jnp.ndarray  # float32 [B]: their summed log-probability
+    finished: jnp.ndarray  # bool [B]: eos generated
+    decode_state: DecodeState  # the decoder's caches, B rows
+    w_self: jnp.ndarray | None  # float32 [L, B, H, T, T]: row t written at step t; or None
+    w_cross: jnp.ndarray | None  # float32 [L, B, H, T, S]: likewise; None without weights
+
+
+class BeamState(NamedTuple):
+    """The beam search loop carry (a pytree); cf. `BeamState` in Flax's examples/wmt.
+
+    B sentences, K beams ("slots") per sentence, T = max_length, L decoder layers,
+    H heads. The model sees the live beams flattened to B * K rows (row b * K + j).
+    The finished store is K entries per sentence, unordered; an entry is found again
+    from the back-pointers: its last token, the step and the live slot that fed it.
+    The weights of a step are kept per slot fed (not per hypothesis), since beams are
+    reordered every step; the returned hypothesis' rows are gathered at the end.
+    """
+
+    t: jnp.ndarray  # int32 []: the step, = tokens generated so far by every live beam
+    last: jnp.ndarray  # int32 [B * K]: the token each live beam feeds at step t (bos first)
+    live_lp: jnp.ndarray  # float32 [B, K]: summed log-prob of each live beam (-inf: none)
+    decode_state: DecodeState  # B * K rows; self-attention caches follow their beams
+    tok_hist: jnp.ndarray  # int32 [T, B, K]: token chosen at step t for live slot j
+    par_hist: jnp.ndarray  # int32 [T, B, K]: its parent, the slot fed at step t
+    fin_score: jnp.ndarray  # float32 [B, K]: finished store, normalized score (-inf: empty)
+    fin_lp: jnp.ndarray  # float32 [B, K]: its summed log-prob
+    fin_step: jnp.ndarray  # int32 [B, K]: step of its last token (length - 1)
+    fin_slot: jnp.ndarray  # int32 [B, K]: the live slot fed at that step
+    fin_tok: jnp.ndarray  # int32 [B, K]: its last token (eos, or any when cut at T)
+    done: jnp.ndarray  # bool [B]: the store is final; it takes no more entries
+    w_self: jnp.ndarray | None  # float32 [T, L, B * K, H, T]: step t, by slot fed; or None
+    w_cross: jnp.ndarray | None  # float32 [T, L, B * K, H, S]: likewise; None without weights
 
 
 def gnmt_penalty(length, alpha):
@@ -128,6 +159,14 @@ def _decoder_dims(state: DecodeState) -> tuple[int, int]:
     return len(state.caches), state.caches[0].key.shape[1]
 
 
+def _weight_buffers(return_weights: bool, lead: tuple[int, ...], steps: int, src_len: int):
+    """Zeroed float32 buffers for the decoder self- and cross-attention rows recorded while
+    decoding: ([*lead, steps], [*lead, src_len]), or (None, None) without weights."""
+    if not return_weights:
+        return None, None
+    return (jnp.zeros((*lead, steps), jnp.float32), jnp.zeros((*lead, src_len), jnp.float32))
+
+
 def greedy_search(model, src, *, max_length: int, return_weights: bool = False) -> SearchOutput:
     """Greedy (argmax) decoding.
 
@@ -145,54 +184,52 @@ def greedy_search(model, src, *, max_length: int, return_weights: bool = False) 
     memory, src_valid, enc_w = model.encode(src, return_weights=return_weights)
     state = model.init_decode_state(memory, src_valid, steps)
     num_layers, num_heads = _decoder_dims(state)
-
-    carry = dict(
+    w_self, w_cross = _weight_buffers(return_weights, (num_layers, batch, num_heads, steps),
+                                      steps, src_len)
+    s = _GreedyState(
         t=jnp.zeros((), jnp.int32),
         last=jnp.full((batch,), BOS_ID, jnp.int32),
         tokens=jnp.zeros((batch, steps), jnp.int32),
         lengths=jnp.zeros((batch,), jnp.int32),
         log_probs=jnp.zeros((batch,), jnp.float32),
         finished=jnp.zeros((batch,), bool),
-        state=state,
+        decode_state=state,
+        w_self=w_self,
+        w_cross=w_cross,
     )
-    if return_weights:
-        carry["w_self"] = jnp.zeros((num_layers, batch, num_heads, steps, steps), jnp.float32)
-        carry["w_cross"] = jnp.zeros((num_layers, batch, num_heads, steps, src_len), jnp.float32)
 
-    def cond(c):
-        return (c["t"] < steps) & ~jnp.all(c["finished"])
+    def cond(s: _GreedyState):
+        return (s.t < steps) & ~jnp.all(s.finished)
 
-    def body(c):
-        t, finished = c["t"], c["finished"]
-        logits, state, w = model.decode_step(c["last"], c["state"], return_weights=return_weights)
+    def body(s: _GreedyState) -> _GreedyState:
+        t, finished = s.t, s.finished
+        logits, state, w = model.decode_step(s.last, s.decode_state, return_weights=return_weights)
         lp = _log_probs(logits)
         token = jnp.argmax(lp, axis=-1).astype(jnp.int32)
         token_lp = jnp.take_along_axis(lp, token[:, None], axis=-1)[:, 0]
         token = jnp.where(finished, PAD_ID, token)
-        new = dict(
+        return _GreedyState(
             t=t + 1,
             last=token,
-            tokens=_write_row(c["tokens"], token, t, axis=1),
-            lengths=jnp.where(finished, c["lengths"], t + 1),
-            log_probs=c["log_probs"] + jnp.where(finished, 0.0, token_lp),
+            tokens=_write_row(s.tokens, token, t, axis=1),
+            lengths=jnp.where(finished, s.lengths, t + 1),
+            log_probs=s.log_probs + jnp.where(finished, 0.0, token_lp),
             finished=finished | (token == EOS_ID),
-            state=state,
+            decode_state=state,
+            w_self=_write_row(s.w_self, w["decoder_self"], t, axis=3) if return_weights else None,
+            w_cross=_write_row(s.w_cross, w["cross"], t, axis=3) if return_weights else None,
         )
-        if return_weights:
-            new["w_self"] = _write_row(c["w_self"], w["decoder_self"], t, axis=3)
-            new["w_cross"] = _write_row(c["w_cross"], w["cross"], t, axis=3)
-        return new
 
-    c = jax.lax.while_loop(cond, body, carry)
+    s = jax.lax.while_loop(cond, body, s)
     weights = None
     if return_weights:
-        rows = (jnp.arange(steps)[None, :] < c["lengths"][:, None])[None, :, None, :, None]
+        rows = (jnp.arange(steps)[None, :] < s.lengths[:, None])[None, :, None, :, None]
         weights = {
             "encoder_self": enc_w,
-            "decoder_self": jnp.where(rows, c["w_self"], 0.0),
-            "cross": jnp.where(rows, c["w_cross"], 0.0),
+            "decoder_self": jnp.where(rows, s.w_self, 0.0),
+            "cross": jnp.where(rows, s.w_cross, 0.0),
         }
-    return SearchOutput(c["tokens"], c["lengths"], c["log_probs"], c["log_probs"], weights)
+    return SearchOutput(s.tokens, s.lengths, s.log_probs, s.log_probs, weights)
 
 
 def beam_search(
@@ -243,37 +280,34 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
     num_layers, num_heads = _decoder_dims(state)
     rows = jnp.arange(batch)[:, None]
     max_len_penalty = gnmt_penalty(steps, alpha)
-
-    carry = dict(
+    w_self, w_cross = _weight_buffers(return_weights, (steps, num_layers, batch * k, num_heads),
+                                      steps, src_len)
+    s = BeamState(
         t=jnp.zeros((), jnp.int32),
         last=jnp.full((batch * k,), BOS_ID, jnp.int32),
         live_lp=jnp.full((batch, k), _NEG_INF, jnp.float32).at[:, 0].set(0.0),
-        state=state,
-        # back-pointers: token chosen at step t for live slot j, and its parent slot at step t
+        decode_state=state,
         tok_hist=jnp.zeros((steps, batch, k), jnp.int32),
         par_hist=jnp.zeros((steps, batch, k), jnp.int32),
-        # finished store: score, log-prob, step of the last token, slot fed at that step, last token
         fin_score=jnp.full((batch, k), _NEG_INF, jnp.float32),
         fin_lp=jnp.full((batch, k), _NEG_INF, jnp.float32),
         fin_step=jnp.zeros((batch, k), jnp.int32),
         fin_slot=jnp.zeros((batch, k), jnp.int32),
         fin_tok=jnp.zeros((batch, k), jnp.int32),
         done=jnp.zeros((batch,), bool),
+        w_self=w_self,
+        w_cross=w_cross,
     )
-    if return_weights:
-        # weights of step t, indexed by the slot fed at step t: [T, L, B*K, H, Tk]
-        carry["w_self"] = jnp.zeros((steps, num_layers, batch * k, num_heads, steps), jnp.float32)
-        carry["w_cross"] = jnp.zeros((steps, num_layers, batch * k, num_heads, src_len), jnp.float32)
 
-    def cond(c):
-        return (c["t"] < steps) & ~jnp.all(c["done"])
+    def cond(s: BeamState):
+        return (s.t < steps) & ~jnp.all(s.done)
 
-    def body(c):
-        t, done = c["t"], c["done"]
-        logits, state, w = model.decode_step(c["last"], c["state"], return_weights=return_weights)
+    def body(s: BeamState) -> BeamState:
+        t, done = s.t, s.done
+        logits, state, w = model.decode_step(s.last, s.decode_state, return_weights=return_weights)
         lp = _log_probs(logits)
         vocab = lp.shape[-1]
-        cand = (c["live_lp"][:, :, None] + lp.reshape(batch, k, vocab)).reshape(batch, k * vocab)
+        cand = (s.live_lp[:, :, None] + lp.reshape(batch, k, vocab)).reshape(batch, k * vocab)
         # >= k of the best 2k do not end in eos. (The barrier keeps XLA from folding the
         # slices below into the sort, which defeats its TopK rewrite: a full sort of
         # k * V per step otherwise, ~100x slower on CPU.)
@@ -293,15 +327,10 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
         unf_score = jnp.where((t == steps - 1) & open_, live_lp / max_len_penalty, _NEG_INF)
         step = jnp.full((batch, k), t, jnp.int32)
         score, pick = jax.lax.top_k(  # ties keep the earlier (already stored) entry
-            jnp.concatenate([c["fin_score"], eos_score, unf_score], axis=1), k)
+            jnp.concatenate([s.fin_score, eos_score, unf_score], axis=1), k)
 
         def merge(old, eos_val, unf_val):
             return jnp.take_along_axis(jnp.concatenate([old, eos_val, unf_val], axis=1), pick, axis=1)
-
-        fin_lp = merge(c["fin_lp"], top_lp[:, :k], live_lp)
-        fin_step = merge(c["fin_step"], step, step)
-        fin_slot = merge(c["fin_slot"], top_par[:, :k], live_par)
-        fin_tok = merge(c["fin_tok"], top_tok[:, :k], live_tok)
 
         # done: the store is full and no live beam can beat its worst entry
         next_len = jnp.minimum(t + 2, steps)
@@ -310,37 +339,39 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
         done = done | (jnp.asarray(early_exit) & (jnp.min(score, axis=1) >= best_reachable))
 
         flat_parent = (rows * k + live_par).reshape(-1)
-        new = dict(
+        return BeamState(
             t=t + 1,
             last=live_tok.reshape(-1),
             live_lp=live_lp,
-            state=DecodeState(reorder_batch(state.caches, flat_parent), state.cross),
-            tok_hist=_write_row(c["tok_hist"], live_tok, t, axis=0),
-            par_hist=_write_row(c["par_hist"], live_par, t, axis=0),
-            fin_score=score, fin_lp=fin_lp, fin_step=fin_step, fin_slot=fin_slot, fin_tok=fin_tok,
+            decode_state=DecodeState(reorder_batch(state.caches, flat_parent), state.cross),
+            tok_hist=_write_row(s.tok_hist, live_tok, t, axis=0),
+            par_hist=_write_row(s.par_hist, live_par, t, axis=0),
+            fin_score=score,
+            fin_lp=merge(s.fin_lp, top_lp[:, :k], live_lp),
+            fin_step=merge(s.fin_step, step, step),
+            fin_slot=merge(s.fin_slot, top_par[:, :k], live_par),
+            fin_tok=merge(s.fin_tok, top_tok[:, :k], live_tok),
             done=done,
+            w_self=_write_row(s.w_self, w["decoder_self"], t, axis=0) if return_weights else None,
+            w_cross=_write_row(s.w_cross, w["cross"], t, axis=0) if return_weights else None,
         )
-        if return_weights:
-            new["w_self"] = _write_row(c["w_self"], w["decoder_self"], t, axis=0)
-            new["w_cross"] = _write_row(c["w_cross"], w["cross"], t, axis=0)
-        return new
 
-    c = jax.lax.while_loop(cond, body, carry)
+    s = jax.lax.while_loop(cond, body, s)
 
-    best = jnp.argmax(c["fin_score"], axis=1)[:, None]
+    best = jnp.argmax(s.fin_score, axis=1)[:, None]
 
     def take(x):
         return jnp.take_along_axis(x, best, axis=1)[:, 0]
 
-    end, end_slot, end_tok = take(c["fin_step"]), take(c["fin_slot"]), take(c["fin_tok"])
+    end, end_slot, end_tok = take(s.fin_step), take(s.fin_slot), take(s.fin_tok)
     batch_idx = jnp.arange(batch)
 
     def backtrack(next_slot, t):
         """next_slot: slot at step t + 1 of the returned hypothesis -> slot at step t."""
         before = t < end
         token = jnp.where(t == end, end_tok,
-                          jnp.where(before, c["tok_hist"][t, batch_idx, next_slot], PAD_ID))
-        slot = jnp.where(before, c["par_hist"][t, batch_idx, next_slot], end_slot)
+                          jnp.where(before, s.tok_hist[t, batch_idx, next_slot], PAD_ID))
+        slot = jnp.where(before, s.par_hist[t, batch_idx, next_slot], end_slot)
         return slot, (token, slot)
 
     _, (tokens, slots) = jax.lax.scan(backtrack, end_slot, jnp.arange(steps), reverse=True)
@@ -354,95 +385,7 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
             rows_ = jnp.where(keep, buf[jnp.arange(steps)[:, None], :, flat], 0.0)  # [T, B, L, H, Tk]
             return jnp.transpose(rows_, (2, 1, 3, 0, 4))
 
-        weights = {"encoder_self": enc_w, "decoder_self": gather(c["w_self"]),
-                   "cross": gather(c["w_cross"])}
+        weights = {"encoder_self": enc_w, "decoder_self": gather(s.w_self),
+                   "cross": gather(s.w_cross)}
     return SearchOutput(tokens.T.astype(jnp.int32), lengths.astype(jnp.int32),
-                        take(c["fin_lp"]), take(c["fin_score"]), weights)
-
-
-class _GraphKey:
-    """A GraphDef as a jit static argument.
-
-    A GraphDef is unhashable when a module keeps an unhashable static attribute (a
-    ConfigDict, a list); then the hash falls back to the type and jit's cache tells
-    graphs apart by GraphDef equality.
-    """
-
-    __slots__ = ("graphdef", "_hash")
-
-    def __init__(self, graphdef):
-        self.graphdef = graphdef
-        try:
-            self._hash = hash(graphdef)
-        except TypeError:
-            self._hash = hash(type(graphdef))
-
-    def __hash__(self):
-        return self._hash
-
-    def __eq__(self, other):
-        return isinstance(other, _GraphKey) and self.graphdef == other.graphdef
-
-
-@functools.partial(jax.jit, static_argnames=("graph", "beam_size", "max_length", "return_weights"))
-def _translate_jit(graph, state, src, length_penalty, *, beam_size, max_length, return_weights):
-    model = nnx.merge(graph.graphdef, state)
-    return beam_search(model, src, beam_size=beam_size, length_penalty=length_penalty,
-                       max_length=max_length, return_weights=return_weights)
-
-
-def _static_max_length(src, max_length) -> int:
-    if max_length is not None:
-        return int(max_length)
-    return max_target_length(np.sum(np.asarray(src) != PAD_ID, axis=1), multiple=8)
-
-
-def translate_split(
-    graphdef,
-    state,
-    src,
-    *,
-    beam_size: int = 1,
-    length_penalty: float = 0.6,
-    max_length: int | None = None,
-    return_weights: bool = False,
-) -> SearchOutput:
-    """`translate` for a model already split with `nnx.split` (graphdef, state)."""
-    max_length = _static_max_length(src, max_length)
-    return _translate_jit(
-        _GraphKey(graphdef), state, jnp.asarray(src, jnp.int32),
-        jnp.asarray(length_penalty, jnp.float32), beam_size=int(beam_size),
-        max_length=max_length, return_weights=bool(return_weights),
-    )
-
-
-def translate(
-    model,
-    src,
-    *,
-    beam_size: int = 1,
-    length_penalty: float = 0.6,
-    max_length: int | None = None,
-    return_weights: bool = False,
-) -> SearchOutput:
-    """Jitted decoding: beam_size 1 -> greedy, otherwise beam search.
-
-    src: int [B, S] (pad = 0). max_length: static int; None uses
-    `max_target_length(source lengths, multiple=8)` (bucketed, so few shapes compile).
-    Returns a `SearchOutput` (for beam_size 1, `scores` are the log-probs normalized
-    with `length_penalty`, as beam search would).
-    """
-    graphdef, state = nnx.split(model)
-    return translate_split(graphdef, state, src, beam_size=beam_size, length_penalty=length_penalty,
-                           max_length=max_length, return_weights=return_weights)
-
-
-def to_token_lists(output: SearchOutput) -> list[list[int]]:
-    """Host-side: each hypothesis as a list of ids, cut before its eos (no pad)."""
-    tokens, lengths = np.asarray(output.tokens), np.asarray(output.lengths)
-    result = []
-    for row, n in zip(tokens, lengths, strict=True):
-        ids = row[:n].tolist()
-        result.append(ids[:-1] if ids and ids[-1] == EOS_ID else ids)
-    return result
-
+                        take(s.fin_lp), take(s.fin_score), weights)

@@ -7,9 +7,12 @@ orbax and sharding without wrappers:
      "nonfinite_step": int32 [] (-1 while every loss and gradient so far was finite)}
 
 The parameters are plain nested dicts (`nnx.State.to_pure_dict`), not an nnx.State of
-Variables: JAX flattens dicts in C++, but an nnx.State node by node in Python, on every
-call of the step. For the base model on an H100 host that was 16.9 ms per call against
-4.1 ms, more than the device needs for a 4,096-token step (bench/README.md, GPU).
+Variables: JAX flattens dicts in C++ but an nnx.State node by node in Python, on every
+call of the step, which can cost the host more than the device's step (bench/README.md).
+
+    graphdef, state = create_train_state(cfg, src_vocab_size, tgt_vocab_size, mesh)
+    train_step = make_train_step(graphdef, cfg.train)
+    state, metrics = train_step(state, batch)
 
 Dropout keys are derived from (seed, step), so a resumed run draws the same keys
 as an uninterrupted one without storing any RNG state.
@@ -24,14 +27,33 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from models.transformer import PAD_ID, Transformer
+from configs.model import ModelConfig
+from data.tokenizer import PAD_ID
+from models.transformer import Transformer
 
 PACKING_KEYS = ("src_segments", "tgt_segments", "src_positions", "tgt_positions")
 
 
-def build_model(cfg, src_vocab: int, tgt_vocab: int, seed: int) -> Transformer:
-    """A freshly initialised `Transformer` from the full config."""
-    return Transformer(cfg.model, src_vocab, tgt_vocab, rngs=nnx.Rngs(seed))
+def build_model(cfg, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
+    """A `Transformer` from the experiment config, initialised from `train.seed`."""
+    config = ModelConfig.from_config(cfg.model, src_vocab_size=src_vocab_size,
+                                     tgt_vocab_size=tgt_vocab_size)
+    return Transformer(config, rngs=nnx.Rngs(cfg.train.seed))
+
+
+def create_train_state(cfg, src_vocab_size: int, tgt_vocab_size: int,
+                       mesh: Mesh | None = None) -> tuple[nnx.GraphDef, dict]:
+    """The model's graph and a fresh train state (module docstring), replicated over
+    `mesh` when one is given. The one place a run's model and optimizer are set up."""
+    model = build_model(cfg, src_vocab_size, tgt_vocab_size)
+    params = nnx.state(model, nnx.Param).to_pure_dict()
+    state = {
+        "step": jnp.zeros((), jnp.int32),
+        "params": params,
+        "opt_state": build_optimizer(cfg.train).init(params),
+        "nonfinite_step": jnp.full((), -1, jnp.int32),
+    }
+    return nnx.graphdef(model), (state if mesh is None else replicate(state, mesh))
 
 
 def learning_rate_schedule(cfg_train) -> optax.Schedule:
@@ -61,17 +83,6 @@ def build_optimizer(cfg_train) -> optax.GradientTransformation:
         optax.adamw(learning_rate_schedule(cfg_train), b1=cfg_train.adam_b1, b2=cfg_train.adam_b2,
                     eps=1e-9, weight_decay=cfg_train.weight_decay, mask=decay_mask),
     )
-
-
-def init_train_state(model: Transformer, optimizer: optax.GradientTransformation) -> dict:
-    """Train state of a fresh model (see the module docstring for the layout)."""
-    params = nnx.state(model, nnx.Param).to_pure_dict()
-    return {
-        "step": jnp.zeros((), jnp.int32),
-        "params": params,
-        "opt_state": optimizer.init(params),
-        "nonfinite_step": jnp.full((), -1, jnp.int32),
-    }
 
 
 def token_losses(logits: jnp.ndarray, targets: jnp.ndarray, label_smoothing: float):
@@ -107,14 +118,17 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     return sums["loss_sum"] / jnp.maximum(tokens, 1.0), sums
 
 
-def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, cfg_train):
+def make_train_step(graphdef: nnx.GraphDef, cfg_train):
     """The jit-compiled train step `(state, batch) -> (state, metrics)`; `state` is donated.
+
+    The optimizer is `build_optimizer(cfg_train)`, the one `create_train_state` initialised.
 
     A step whose loss or gradient is not finite leaves the parameters untouched and
     records its number in `state["nonfinite_step"]`; the host checks it when it syncs
     anyway (logging, checkpointing), so there is no host round-trip per step.
     """
     base_key = jax.random.key(cfg_train.seed)
+    optimizer = build_optimizer(cfg_train)
 
     def step_fn(state: dict, batch: dict):
         dropout_rng = jax.random.fold_in(base_key, state["step"])

@@ -1,6 +1,6 @@
 """Encoder-decoder Transformer (Vaswani et al. 2017) built from the `attention/` modules.
 
-Token conventions (from `data/tokenizer.py`): pad = 0; the source is `tokens + [eos]`;
+Token conventions (`data/tokenizer.py`): pad = 0; the source is `tokens + [eos]`;
 the decoder input is `[bos] + tokens`, the decoder target `tokens + [eos]`.
 
 Entry points:
@@ -18,21 +18,21 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from attention import CrossKV, KVCache, segment_mask
-from models.layers import DecoderLayer, Embeddings, EncoderLayer, _norm, dropout, split_rng
-
-PAD_ID = 0
+from attention.dropout import dropout
+from configs.model import ModelConfig
+from data.tokenizer import PAD_ID
+from models.layers import DecoderLayer, Embeddings, EncoderLayer, layer_norm, split_rng
 
 
 class DecodeState(NamedTuple):
     """Everything incremental decoding carries between steps (a pytree).
 
-    caches: one `KVCache` per decoder layer ([B, T_max, H, Dk] each);
-    cross: one `CrossKV` per decoder layer ([B, S, H, Dk] each, computed once per source).
+    caches: one `KVCache` per decoder layer (keys [B, H, T_max, Dk], values [B, H, T_max, Dv]);
+    cross: one `CrossKV` per decoder layer (computed once per source; attention/cache.py).
     """
 
     caches: tuple[KVCache, ...]
@@ -47,31 +47,27 @@ class Transformer(nnx.Module):
     """Encoder-decoder Transformer.
 
     Args:
-      cfg: the `model` config group (d_model, num_heads, num_encoder_layers,
-        num_decoder_layers, d_ff, dropout, attention_dropout, activation, pre_ln,
-        positions, share_embeddings, dtype, param_dtype, attention_impl).
-      src_vocab_size, tgt_vocab_size: vocabulary sizes (equal with a joint vocabulary).
+      config: the typed model config (vocabulary sizes included), configs/model.py.
     """
 
-    def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, *, rngs: nnx.Rngs):
-        self.dropout_rate = cfg.dropout
-        self.dtype = jnp.dtype(cfg.dtype)
-        self.target_embed = Embeddings(tgt_vocab_size, cfg, rngs=rngs)
-        if cfg.share_embeddings:
-            if src_vocab_size != tgt_vocab_size:
-                raise ValueError("model.share_embeddings needs one joint vocabulary (data.joint_vocab)")
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.dropout_rate = config.dropout
+        self.dtype = jnp.dtype(config.dtype)
+        self.target_embed = Embeddings(config.tgt_vocab_size, config, rngs=rngs)
+        if config.share_embeddings:  # ModelConfig checked that the vocabularies are one
             self.source_embed = self.target_embed
         else:
-            self.source_embed = Embeddings(src_vocab_size, cfg, rngs=rngs)
+            self.source_embed = Embeddings(config.src_vocab_size, config, rngs=rngs)
         self.encoder_layers = nnx.List(
-            [EncoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_encoder_layers)]
+            [EncoderLayer(config, rngs=rngs) for _ in range(config.num_encoder_layers)]
         )
         self.decoder_layers = nnx.List(
-            [DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_decoder_layers)]
+            [DecoderLayer(config, rngs=rngs) for _ in range(config.num_decoder_layers)]
         )
         # Pre-LN stacks need a final norm; post-LN layers already end in one.
-        self.encoder_norm = _norm(cfg, rngs) if cfg.pre_ln else None
-        self.decoder_norm = _norm(cfg, rngs) if cfg.pre_ln else None
+        self.encoder_norm = layer_norm(config, rngs) if config.pre_ln else None
+        self.decoder_norm = layer_norm(config, rngs) if config.pre_ln else None
 
     def encode(self, src: jnp.ndarray, *, segments=None, positions=None, dropout_rng=None,
                return_weights: bool = False):
@@ -176,7 +172,3 @@ class Transformer(nnx.Module):
         weights = {"decoder_self": _stack(self_ws), "cross": _stack(cross_ws)} if return_weights else None
         return logits, DecodeState(tuple(caches), state.cross), weights
 
-
-def count_params(model: nnx.Module) -> int:
-    """Number of trainable parameters (a shared embedding counted once)."""
-    return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))

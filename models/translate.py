@@ -1,8 +1,20 @@
-"""Batched translation of whole corpora: bucketed batches -> search -> ids in input order.
+"""Jitted decoding: one batch (`translate`, `translate_split`) or a whole corpus
+(`translate_ids`), and the attention maps of a few sentences (`record_maps`).
 
-Shared by validation in train.py and by evaluate.py. Sentences are sorted by length
-(`data.batching.eval_batches`), padded to multiples of `bucket_step`, and the
-maximum target length is bucketed too, so jit compiles a handful of shapes.
+The search algorithms themselves are in models/search.py; this module compiles them.
+`translate_ids` is shared by validation in train.py and by evaluate.py: sentences are
+sorted by length (`data.batching.eval_batches`), padded to multiples of `bucket_step`,
+and the maximum target length is bucketed too, so jit compiles a handful of shapes.
+
+jit pattern: `translate(model, src, ...)` splits the model (`nnx.split`) and calls one
+`jax.jit`-compiled function of (graphdef [static], state, src, length_penalty [traced])
+that merges the model inside the trace. Plain `jax.jit` over the split state has the
+smallest per-call overhead on CPU (no NNX graph traversal inside the call, unlike
+`nnx.jit`), and the length penalty is traced, so changing it does not recompile. The
+graphdef is hashable (modules keep only the frozen `ModelConfig` and plain values as
+static attributes), so it is the static argument itself: models of one config share
+the compiled function. One compilation per (graph, src shape, beam_size, max_length,
+return_weights); callers that already hold the split model use `translate_split`.
 """
 
 from __future__ import annotations
@@ -11,12 +23,65 @@ import functools
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
 from data.batching import eval_batches, restore_order
-from models.search import to_token_lists, translate_split
+from data.tokenizer import EOS_ID, PAD_ID
+from models.search import SearchOutput, beam_search, max_target_length
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "beam_size", "max_length",
+                                             "return_weights"))
+def _translate_jit(graphdef, state, src, length_penalty, *, beam_size, max_length,
+                   return_weights):
+    model = nnx.merge(graphdef, state)
+    return beam_search(model, src, beam_size=beam_size, length_penalty=length_penalty,
+                       max_length=max_length, return_weights=return_weights)
+
+
+def _static_max_length(src, max_length) -> int:
+    """`max_length`, or the bucketed budget of the longest source row (a Python int)."""
+    if max_length is not None:
+        return int(max_length)
+    return max_target_length(np.sum(np.asarray(src) != PAD_ID, axis=1), multiple=8)
+
+
+def translate_split(graphdef, state, src, *, beam_size: int = 1, length_penalty: float = 0.6,
+                    max_length: int | None = None, return_weights: bool = False) -> SearchOutput:
+    """`translate` for a model already split with `nnx.split` (graphdef, state)."""
+    max_length = _static_max_length(src, max_length)
+    return _translate_jit(
+        graphdef, state, jnp.asarray(src, jnp.int32),
+        jnp.asarray(length_penalty, jnp.float32), beam_size=int(beam_size),
+        max_length=max_length, return_weights=bool(return_weights),
+    )
+
+
+def translate(model, src, *, beam_size: int = 1, length_penalty: float = 0.6,
+              max_length: int | None = None, return_weights: bool = False) -> SearchOutput:
+    """Jitted decoding of one batch: beam_size 1 -> greedy, otherwise beam search.
+
+    src: int [B, S] (pad = 0). max_length: static int; None uses
+    `max_target_length(source lengths, multiple=8)` (bucketed, so few shapes compile).
+    Returns a `SearchOutput` (models/search.py; tokens [B, max_length]; for beam_size 1,
+    `scores` are the log-probs normalized with `length_penalty`, as beam search would).
+    """
+    graphdef, state = nnx.split(model)
+    return translate_split(graphdef, state, src, beam_size=beam_size, length_penalty=length_penalty,
+                           max_length=max_length, return_weights=return_weights)
+
+
+def to_token_lists(output: SearchOutput) -> list[list[int]]:
+    """Host-side: each hypothesis as a list of ids, cut before its eos (no pad)."""
+    tokens, lengths = np.asarray(output.tokens), np.asarray(output.lengths)
+    result = []
+    for row, n in zip(tokens, lengths, strict=True):
+        ids = row[:n].tolist()
+        result.append(ids[:-1] if ids and ids[-1] == EOS_ID else ids)
+    return result
 
 
 def translate_ids(
@@ -56,7 +121,7 @@ def _teacher_forced_weights(graphdef, state, src, tgt_in) -> dict:
 
 def record_maps(model, tokenizer, source_ids, target_ids=None, *, beam_size=1,
                 length_penalty=0.6, step=0):
-    """Attention maps (SPEC §4.5) for a few sentences.
+    """Attention maps (the map file of attention/mapfile.py) for a few sentences.
 
     With `target_ids` (lists without specials) the maps are teacher-forced on them;
     otherwise they are recorded while decoding (greedy or beam), for the returned

@@ -18,6 +18,7 @@ from attention.alignment import (
     words_from_pieces,
 )
 from attention.mapfile import AttentionMaps, validate_maps
+from configs.errors import UserError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -154,7 +155,7 @@ def test_read_talp_fixture_is_one_indexed_german_first():
 
 def test_read_talp_rejects_bad_links(tmp_path):
     (tmp_path / "g.talp").write_text("1-1 2-2\n0-1\n")
-    with pytest.raises(ValueError, match=r"g.talp:2: not a 1-indexed TALP link: '0-1'"):
+    with pytest.raises(UserError, match=r"g.talp:2: not a 1-indexed TALP link: '0-1'"):
         read_talp(tmp_path / "g.talp")
 
 

@@ -1,4 +1,4 @@
-"""evaluate.py end to end on the smoke model (SPEC §4.4, §7).
+"""evaluate.py end to end on the smoke model (journey 2; bad input, nothing half-written).
 
 The smoke model translates badly (BLEU ~0), so the scores are checked against sacreBLEU
 recomputed on the written files, and once against a reference equal to the hypotheses
@@ -179,11 +179,11 @@ def test_length_penalty_defaults_to_the_config(workdir, tmp_path):
 def test_average_last_is_the_elementwise_mean(workdir):
     import jax
 
-    import evaluate
     from configs.errors import UserError
+    from models.loading import load_params
 
-    a, b = (evaluate.load_params(workdir, str(s)) for s in _saved_steps(workdir)[-2:])
-    averaged = evaluate.load_params(workdir, None, average_last=2)
+    a, b = (load_params(workdir, str(s)) for s in _saved_steps(workdir)[-2:])
+    averaged = load_params(workdir, None, average_last=2)
     assert averaged.steps == _saved_steps(workdir)[-2:]
     expected = jax.tree.map(lambda x, y: (np.asarray(x) + np.asarray(y)) / 2, a.params, b.params)
     pairs = zip(jax.tree.leaves(expected), jax.tree.leaves(averaged.params), strict=True)
@@ -193,7 +193,7 @@ def test_average_last_is_the_elementwise_mean(workdir):
                for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True))
     too_many = len(_saved_steps(workdir)) + 1
     with pytest.raises(UserError, match=f"only {too_many - 1} checkpoint"):
-        evaluate.load_params(workdir, None, average_last=too_many)
+        load_params(workdir, None, average_last=too_many)
 
 
 def _saved_steps(workdir: Path) -> list[int]:

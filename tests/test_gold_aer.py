@@ -1,6 +1,8 @@
 """Forced-decoding AER against gold alignments, on the smoke model and the vendored fixture."""
 
 import json
+import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from conftest import run_module
@@ -35,11 +37,30 @@ def test_pieces_merge_back_into_the_gold_words(smoke_workdir):
         assert max(words) + 1 == len(text.split()), (text, pieces)
 
 
-def test_gold_aer_rejects_mismatched_files(smoke_workdir, tmp_path):
-    gold = tmp_path / "short.talp"
-    gold.write_text("1-1\n")
-    result = run_module("attention.gold_aer", "--workdir", str(smoke_workdir),
-                        "--pairs", str(FIXTURES / "rwth_de_en.head10.de-en"), "--gold", str(gold))
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith("error: ")
-    assert "1 lines" in result.stderr and "10" in result.stderr
+def test_gold_aer_bad_inputs_one_line_exit_2(tmp_path):
+    """Input errors are found before the workdir is read: one `error:` line, exit 2."""
+    pairs, talp = FIXTURES / "rwth_de_en.head10.de-en", FIXTURES / "rwth_de_en.head10.talp"
+    short, malformed = tmp_path / "short.talp", tmp_path / "malformed.talp"
+    short.write_text("1-1\n")
+    lines = talp.read_text().splitlines()
+    malformed.write_text("\n".join([lines[0], "1-1 x-y", *lines[2:]]) + "\n")
+    workdir = tmp_path / "run"
+    flags = ["--workdir", str(workdir), "--pairs", str(pairs)]
+    cases = {
+        "mismatched": [*flags, "--gold", str(short)],
+        "malformed": [*flags, "--gold", str(malformed)],
+        "gold missing": [*flags, "--gold", str(tmp_path / "absent.talp")],
+        "no --pairs": ["--workdir", str(workdir), "--gold", str(talp)],
+    }
+    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+        results = dict(zip(cases, pool.map(lambda argv: run_module("attention.gold_aer", *argv),
+                                           cases.values()), strict=True))
+    for name, result in results.items():
+        assert result.returncode == 2, (name, result.stderr[-2000:])
+        assert re.fullmatch(r"error: [^\n]+\n", result.stderr), (name, result.stderr[-2000:])
+    assert "1 lines" in results["mismatched"].stderr and "10" in results["mismatched"].stderr
+    assert results["malformed"].stderr == (
+        f"error: {malformed}:2: not a 1-indexed TALP link: 'x-y'\n")
+    assert results["gold missing"].stderr == f"error: --gold {tmp_path / 'absent.talp'}: no such file\n"
+    assert results["no --pairs"].stderr == "error: --pairs is required\n"
+    assert not workdir.exists()

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import re
 import struct
-import subprocess
-import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_module
 from test_alignment import FIXTURES, gold_peaked_maps
 from test_mapfile import make_maps
 
 from attention.alignment import extract_alignment, format_pharaoh
-from attention.inspect import main
-from attention.mapfile import save_maps
+from attention.inspect import run
+from attention.mapfile import load_maps, save_maps
 from attention.plotting import (
     head_grid_figure,
     heatmap_figure,
@@ -24,8 +24,7 @@ from attention.plotting import (
     preview_pngs,
 )
 from attention.viewer import render_html, viewer_data
-
-ROOT = Path(__file__).resolve().parent.parent
+from configs.errors import UserError
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -33,6 +32,14 @@ def png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     return struct.unpack(">II", data[16:24])
+
+
+def run_cli(*argvs: list[str]) -> list:
+    """`python -m attention.inspect ARGV` for each argv, run side by side (most of each run
+    is Python starting up); returns the CompletedProcess of each."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda argv: run_module("attention.inspect", *argv, timeout=120),
+                             argvs))
 
 
 @pytest.fixture
@@ -95,68 +102,76 @@ def test_html_is_self_contained_and_quantized():
     assert data["layers"] == {"cross": 3, "encoder_self": 2, "decoder_self": 3}
 
 
-def test_default_png_beside_the_file(map_file, capsys):
-    assert main([str(map_file)]) == 0
+def test_default_png_beside_the_file(map_file):
     expected = map_file.with_name("step_100.ex0.cross.mean.mean.png")
-    assert capsys.readouterr().out.strip() == str(expected)
+    assert run(map_file) == [str(expected)]
     png_size(expected)
-    assert main([str(map_file), "--example", "2", "--kind", "decoder_self", "--layer", "-1",
-                 "--head", "1"]) == 0
-    assert capsys.readouterr().out.strip().endswith("step_100.ex2.decoder_self.2.1.png")
+    out = run(map_file, example=2, kind="decoder_self", layer="-1", head="1")
+    assert len(out) == 1 and out[0].endswith("step_100.ex2.decoder_self.2.1.png")
 
 
-def test_out_grid_and_html(map_file, tmp_path, capsys):
+def test_out_grid_and_html(map_file, tmp_path):
     out, html = tmp_path / "fig.png", tmp_path / "view.html"
-    assert main([str(map_file), "--out", str(out), "--html", str(html), "--grid"]) == 0
-    assert capsys.readouterr().out.split() == [str(html), str(out)]
+    assert run(map_file, out=str(out), html=str(html), grid=True) == [str(html), str(out)]
     assert png_size(out)[0] > 400
     assert html.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 
-def test_align_prints_pharaoh_for_all_or_one_example(map_file, capsys):
-    from attention.mapfile import load_maps
-
+def test_align_prints_pharaoh_for_all_or_one_example(map_file, tmp_path, capsys):
     maps = load_maps(map_file)
-    assert main([str(map_file), "--align", "--layers", "1,2", "--heads", "0", "--shift"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = run(map_file, align=True, layers="1,2", heads="0", shift=True)
     assert lines == [format_pharaoh(extract_alignment(maps, i, layers=[1, 2], heads=[0],
                                                       shift=True)) for i in range(3)]
     assert all(re.fullmatch(r"\d+-\d+( \d+-\d+)*", line) for line in lines)
     assert list(map_file.parent.iterdir()) == [map_file]  # --align alone writes nothing
-    assert main([str(map_file), "--align", "--example", "1", "--words"]) == 0
-    assert capsys.readouterr().out.splitlines() == [
+    html = tmp_path / "view.html"
+    assert run(map_file, align=True, example=1, words=True, html=str(html)) == [
         format_pharaoh(extract_alignment(maps, 1, words=True))]
+    assert capsys.readouterr().err == f"{html}\n"  # written paths leave stdout to alignments
 
 
-def test_gold_prints_aer(tmp_path, capsys):
+def test_gold_prints_aer(tmp_path):
     maps, chosen = gold_peaked_maps()
     path = save_maps(tmp_path / "gold.npz", maps)
     gold = FIXTURES / "rwth_de_en.head10.talp"
-    assert main([str(path), "--align", "--words", "--keep-eos", "--gold", str(gold)]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = run(path, align=True, words=True, keep_eos=True, gold=str(gold))
     assert len(lines) == 11 and lines[:10] == [format_pharaoh(c) for c in chosen]
     assert re.fullmatch(r"AER = 0\.\d{4} \(10 sentences\)", lines[10])
     # One example is scored against its own gold line: perfect links on sure words.
     exact = tmp_path / "exact.talp"
     exact.write_text("\n".join(" ".join(f"{i + 1}-{j + 1}" for i, j in sorted(c))
                                for c in chosen) + "\n")
-    assert main([str(path), "--align", "--words", "--keep-eos", "--gold", str(exact),
-                 "--example", "3"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "AER = 0.0000 (1 sentences)"
+    lines = run(path, align=True, words=True, keep_eos=True, gold=str(exact), example=3)
+    assert lines[-1] == "AER = 0.0000 (1 sentences)"
+
+
+def test_run_raises_user_errors(map_file, tmp_path):
+    """The Python entry point reports bad input as UserError, like the command line."""
+    (tmp_path / "bad.talp").write_text("1-1 x-y\n")
+    with pytest.raises(UserError, match=r"bad.talp:1: not a 1-indexed TALP link: 'x-y'"):
+        run(map_file, align=True, gold=str(tmp_path / "bad.talp"))
+    with pytest.raises(UserError, match="--kind must be one of"):
+        run(map_file, kind="self")
+    with pytest.raises(UserError, match="is a file, not a folder"):
+        run(map_file, out=str(map_file / "x.png"))
 
 
 def _bad_inputs(tmp_path: Path, map_file: Path) -> dict[str, list[str]]:
     (tmp_path / "text.npz").write_text("hello\n")
     np.savez(tmp_path / "other.npz", weights=np.zeros(3))
     (tmp_path / "short.talp").write_text("1-1\n")
+    (tmp_path / "malformed.talp").write_text("1-1\n2-2 x-y\n3-3\n")
     out = ["--out", str(tmp_path / "o.png"), "--html", str(tmp_path / "o.html")]
     f = str(map_file)
     return {
         "missing file": [str(tmp_path / "absent.npz"), *out],
         "not an npz": [str(tmp_path / "text.npz"), *out],
         "not §4.5": [str(tmp_path / "other.npz"), *out],
+        "no FILE": out,
+        "two FILEs": [f, f, *out],
         "example": [f, "--example", "3", *out],
         "negative example": [f, "--example", "-1", *out],
+        "example word": [f, "--example", "first", *out],
         "layer": [f, "--layer", "3", *out],
         "encoder layer": [f, "--kind", "encoder_self", "--layer", "2", *out],
         "head": [f, "--head", "3", *out],
@@ -165,28 +180,50 @@ def _bad_inputs(tmp_path: Path, map_file: Path) -> dict[str, list[str]]:
         "unknown flag": [f, "--colour", "red", *out],
         "gold lines": [f, "--align", "--gold", str(tmp_path / "short.talp"), *out],
         "gold missing": [f, "--align", "--gold", str(tmp_path / "absent.talp"), *out],
+        "gold malformed": [f, "--align", "--gold", str(tmp_path / "malformed.talp"), *out],
         "words without align": [f, "--words", *out],
         "align layers": [f, "--align", "--layers", "0,7", *out],
     }
 
 
-def test_bad_inputs_one_line_exit_2_no_files(tmp_path, capsys):
+def test_bad_inputs_one_line_exit_2_no_files(tmp_path):
     map_file = save_maps(tmp_path / "maps" / "m.npz", make_maps(heads=3))
     cases = _bad_inputs(tmp_path, map_file)
     before = sorted(tmp_path.rglob("*"))
-    for name, argv in cases.items():
-        assert main(argv) == 2, name
-        captured = capsys.readouterr()
-        assert captured.out == "", name
-        assert re.fullmatch(r"error: [^\n]+\n", captured.err), (name, captured.err)
+    results = dict(zip(cases, run_cli(*cases.values()), strict=True))
+    for name, result in results.items():
+        assert result.returncode == 2, (name, result.stderr)
+        assert result.stdout == "", name
+        assert re.fullmatch(r"error: [^\n]+\n", result.stderr), (name, result.stderr)
     assert sorted(tmp_path.rglob("*")) == before
+    assert "malformed.talp:2: not a 1-indexed TALP link: 'x-y'" in results["gold malformed"].stderr
 
 
 def test_module_entry_point_subprocess(tmp_path, map_file):
-    """The real `python -m attention.inspect`: one error line, no traceback, exit 2."""
-    bad = subprocess.run([sys.executable, "-m", "attention.inspect", str(map_file),
-                          "--head", "9", "--out", str(tmp_path / "x.png")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    """The real `python -m attention.inspect`: absl flags reach `run`; one error line."""
+    maps, chosen = gold_peaked_maps()
+    gold_maps = save_maps(tmp_path / "gold.npz", maps)
+    out, html = tmp_path / "fig.png", tmp_path / "view.html"
+    png, grid, align, gold, bad = run_cli(
+        [str(map_file), "--example", "2", "--kind", "decoder_self", "--layer", "-1",
+         "--head", "1"],
+        [str(map_file), "--out", str(out), "--html", str(html), "--grid"],
+        [str(map_file), "--align", "--layers=1,2", "--heads", "0", "--shift", "--html",
+         str(tmp_path / "align.html")],
+        [str(gold_maps), "--align", "--words", "--keep-eos", "--gold",
+         str(FIXTURES / "rwth_de_en.head10.talp")],
+        [str(map_file), "--head", "9", "--out", str(tmp_path / "x.png")])
+    for result in (png, grid, align, gold):
+        assert result.returncode == 0, result.stderr
+    assert png.stdout == f"{map_file.with_name('step_100.ex2.decoder_self.2.1.png')}\n"
+    assert grid.stdout.split() == [str(html), str(out)] and png_size(out)[0] > 400
+    loaded = load_maps(map_file)
+    expected = [format_pharaoh(extract_alignment(loaded, i, layers=[1, 2], heads=[0], shift=True))
+                for i in range(3)]
+    assert align.stdout.splitlines() == expected
+    assert align.stderr == f"{tmp_path / 'align.html'}\n"
+    assert gold.stdout.splitlines()[:10] == [format_pharaoh(c) for c in chosen]
+    assert re.fullmatch(r"AER = 0\.\d{4} \(10 sentences\)", gold.stdout.splitlines()[10])
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == "error: --head 9 out of range: the model has 3 heads (0..2) or 'mean'\n"
     assert not (tmp_path / "x.png").exists()

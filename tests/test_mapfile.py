@@ -161,6 +161,27 @@ def test_save_refuses_malformed_maps(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
+    path = save_maps(tmp_path / "m.npz", make_maps())
+    before = path.read_bytes()
+
+    def crash(f, **arrays):
+        f.write(b"PK half an archive")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez_compressed", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save_maps(path, make_maps(seed=1))
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m.npz"]  # the temp file is gone
+
+
+def test_map_format_error_is_a_user_error():
+    from configs.errors import UserError
+
+    assert issubclass(MapFormatError, UserError) and issubclass(MapFormatError, ValueError)
+
+
 def _breach(name: str) -> AttentionMaps:
     maps = make_maps()
     if name == "row_sum":

@@ -2,12 +2,12 @@
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
 
 from attention.masks import segment_mask
+from configs.model import ModelConfig
 from data.batching import make_batch
 from data.packing import pack_batch
 from models.training import batch_loss
@@ -81,12 +81,10 @@ def test_segment_mask_matches_numpy():
 
 
 def tiny_model() -> Transformer:
-    cfg = ml_collections.ConfigDict(dict(
-        d_model=32, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=64,
-        dropout=0.0, attention_dropout=0.0, activation="relu", pre_ln=True,
-        positions="sinusoidal", max_positions=256, share_embeddings=True, dtype="float32",
-        param_dtype="float32", attention_impl="auto"))
-    return Transformer(cfg, 50, 50, rngs=nnx.Rngs(0))
+    config = ModelConfig(src_vocab_size=50, tgt_vocab_size=50, d_model=32, num_heads=4,
+                         num_encoder_layers=2, num_decoder_layers=2, d_ff=64, dropout=0.0,
+                         max_positions=256)
+    return Transformer(config, rngs=nnx.Rngs(0))
 
 
 @pytest.mark.parametrize("seed", [0, 1])

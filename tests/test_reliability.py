@@ -1,4 +1,4 @@
-"""Reliability (SPEC §7): crash safety, signals, NaN guard, resume guard and bad input.
+"""Reliability: crash safety, signals, NaN guard, resume guard and bad input.
 
 Every fault here is real: a train.py subprocess is killed (SIGKILL) while an orbax save
 is in progress, inside validation and between steps, or stopped with SIGINT/SIGTERM,

@@ -5,22 +5,23 @@ import itertools
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
 
 from attention import CrossKV, KVCache
+from configs.model import ModelConfig
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from models import search
-from models.search import BOS_ID, EOS_ID, PAD_ID
 from models.transformer import DecodeState, Transformer
+from models.translate import _translate_jit, to_token_lists, translate
 
 VOCAB = 6  # pad, unk, bos, eos + two real tokens
 GENERATED = [i for i in range(VOCAB) if i not in (PAD_ID, BOS_ID, EOS_ID)]  # unk is allowed
 SRC = np.array([[4, 5, 1, 4, 3], [5, 3, 0, 0, 0], [1, 4, 4, 3, 0]], np.int32)  # padded batch
 
 
-def tiny_config(**overrides):
+def tiny_config(vocab=VOCAB, **overrides) -> ModelConfig:
     cfg = dict(
         d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=2, d_ff=32,
         dropout=0.0, attention_dropout=0.0, activation="relu", pre_ln=True,
@@ -28,14 +29,14 @@ def tiny_config(**overrides):
         param_dtype="float32", attention_impl="auto",
     )
     cfg.update(overrides)
-    return ml_collections.ConfigDict(cfg)
+    return ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, **cfg)
 
 
 def make_model(seed, vocab=VOCAB, sharpen=2.5, eos_bias=0.0, **overrides):
     """A random tiny model with peaky next-token distributions: the final norm is scaled
     up, and its bias adds `eos_bias` to the eos logit only (through the tied output
     embedding), so that hypotheses end at various lengths."""
-    model = Transformer(tiny_config(**overrides), vocab, vocab, rngs=nnx.Rngs(seed))
+    model = Transformer(tiny_config(vocab, **overrides), rngs=nnx.Rngs(seed))
     norm = model.decoder_norm
     norm.scale[...] = norm.scale[...] * sharpen
     table = np.asarray(model.target_embed.tokens.embedding[...])  # [V, D]
@@ -230,7 +231,7 @@ def test_to_token_lists():
         tokens=np.array([[4, 5, EOS_ID, 0], [1, 4, 4, 5]]), lengths=np.array([3, 4]),
         log_probs=np.zeros(2), scores=np.zeros(2), weights=None,
     )
-    assert search.to_token_lists(out) == [[4, 5], [1, 4, 4, 5]]
+    assert to_token_lists(out) == [[4, 5], [1, 4, 4, 5]]
 
 
 def test_prefix_model_matches_its_numpy_reference():
@@ -355,7 +356,7 @@ def test_transformer_exhaustive_beam_equals_brute_force(alpha):
     winners = set()
     for seed in range(4):
         model = make_model(seed)
-        out = search.translate(model, SRC, beam_size=beam, length_penalty=alpha,
+        out = translate(model, SRC, beam_size=beam, length_penalty=alpha,
                                max_length=max_length)
         for b, hyp in enumerate(hypotheses(out)):
             best, scores, lps = transformer_brute_force(model, SRC[b], max_length, alpha)
@@ -371,7 +372,7 @@ def test_greedy_cached_equals_uncached():
     """Cached greedy == argmax of the full teacher-forced model re-run on the growing prefix."""
     model = make_model(1)
     max_length = 6
-    out = search.translate(model, SRC, beam_size=1, max_length=max_length, length_penalty=0.6)
+    out = translate(model, SRC, beam_size=1, max_length=max_length, length_penalty=0.6)
     for b in range(len(SRC)):
         prefix, total = [BOS_ID], 0.0
         for _ in range(max_length):
@@ -399,7 +400,7 @@ def test_greedy_equals_beam_size_one():
     for seed in (0, 2):
         model = make_model(seed)
         greedy = _greedy(model, jnp.asarray(SRC), max_length=6)
-        one = search.translate(model, SRC, beam_size=1, length_penalty=0.6, max_length=6)
+        one = translate(model, SRC, beam_size=1, length_penalty=0.6, max_length=6)
         np.testing.assert_array_equal(greedy.tokens, one.tokens)
         np.testing.assert_array_equal(greedy.lengths, one.lengths)
         np.testing.assert_allclose(greedy.log_probs, one.log_probs, atol=1e-5)
@@ -412,13 +413,13 @@ def test_greedy_equals_beam_size_one():
 def test_recorded_weights_equal_teacher_forced(beam):
     model = make_model(2)
     max_length = 6
-    out = search.translate(model, SRC, beam_size=beam, max_length=max_length, return_weights=True)
+    out = translate(model, SRC, beam_size=beam, max_length=max_length, return_weights=True)
     w = jax.tree.map(np.asarray, out.weights)
     layers, heads = len(model.decoder_layers), model.decoder_layers[0].self_attention.num_heads
     assert w["decoder_self"].shape == (layers, len(SRC), heads, max_length, max_length)
     assert w["cross"].shape == (layers, len(SRC), heads, max_length, SRC.shape[1])
     assert w["encoder_self"].shape == (1, len(SRC), heads, SRC.shape[1], SRC.shape[1])
-    plain = search.translate(model, SRC, beam_size=beam, max_length=max_length)
+    plain = translate(model, SRC, beam_size=beam, max_length=max_length)
     assert plain.weights is None
     np.testing.assert_array_equal(plain.tokens, out.tokens)
     np.testing.assert_allclose(plain.scores, out.scores, atol=1e-6)
@@ -442,10 +443,10 @@ def test_recorded_weights_equal_teacher_forced(beam):
 def test_batch_independence(beam):
     """A sentence decodes the same alone (no padding) as inside a padded batch."""
     model = make_model(2)
-    batch = search.translate(model, SRC, beam_size=beam, max_length=6, return_weights=True)
+    batch = translate(model, SRC, beam_size=beam, max_length=6, return_weights=True)
     for b in (1,):  # the most padded one
         row = nonpad(SRC[b])
-        alone = search.translate(model, row[None], beam_size=beam, max_length=6,
+        alone = translate(model, row[None], beam_size=beam, max_length=6,
                                  return_weights=True)
         np.testing.assert_array_equal(alone.tokens[0], batch.tokens[b])
         np.testing.assert_array_equal(alone.lengths[0], batch.lengths[b])
@@ -458,13 +459,13 @@ def test_batch_independence(beam):
 
 def test_no_recompilation():
     """Same shapes: one compilation, whatever the values, length penalty or parameters."""
-    jitted = search._translate_jit
+    jitted = _translate_jit
     before = jitted._cache_size()
     model = make_model(0)
-    first = search.translate(model, SRC, beam_size=3, max_length=6)
+    first = translate(model, SRC, beam_size=3, max_length=6)
     after_first = jitted._cache_size()
     assert after_first <= before + 1
-    search.translate(model, SRC[:, ::-1].copy(), beam_size=3, max_length=6, length_penalty=1.0)
-    second = search.translate(make_model(1), SRC, beam_size=3, max_length=6)
+    translate(model, SRC[:, ::-1].copy(), beam_size=3, max_length=6, length_penalty=1.0)
+    second = translate(make_model(1), SRC, beam_size=3, max_length=6)
     assert jitted._cache_size() == after_first
     assert not np.allclose(first.scores, second.scores)

@@ -99,19 +99,10 @@ def test_changed_model_config_is_refused_on_resume(smoke_workdir, tmp_path):
 
 def test_train_step_compiles_once_per_bucket_shape():
     import jax
-    from flax import nnx
 
     from configs import smoke
     from data.batching import TrainBatcher
-    from models.training import (
-        build_model,
-        build_optimizer,
-        init_train_state,
-        make_mesh,
-        make_train_step,
-        replicate,
-        shard_batch,
-    )
+    from models.training import create_train_state, make_mesh, make_train_step, shard_batch
 
     cfg = smoke.get_config()
     rng = np.random.default_rng(0)
@@ -119,11 +110,9 @@ def test_train_step_compiles_once_per_bucket_shape():
     tgt = [list(rng.integers(4, 50, rng.integers(1, 40))) for _ in range(300)]
     batcher = TrainBatcher(src, tgt, cfg.train.batch_tokens, cfg.data.max_length,
                            bucket_step=cfg.data.bucket_step)
-    model = build_model(cfg, 50, 50, 0)
-    optimizer = build_optimizer(cfg.train)
     mesh = make_mesh()
-    state = replicate(init_train_state(model, optimizer), mesh)
-    step = make_train_step(nnx.graphdef(model), optimizer, cfg.train)
+    graphdef, state = create_train_state(cfg, 50, 50, mesh)
+    step = make_train_step(graphdef, cfg.train)
     iterator = batcher.iterate()
     for _ in range(2 * batcher.num_batches):  # two epochs: every shape seen twice
         _, _, batch = next(iterator)
@@ -136,7 +125,7 @@ def test_train_step_compiles_once_per_bucket_shape():
     # Packed batches (data/packing.py): one compilation per distinct packed shape.
     from data.packing import pack_batch
 
-    packed_step = make_train_step(nnx.graphdef(model), optimizer, cfg.train)
+    packed_step = make_train_step(graphdef, cfg.train)
     shapes = set()
     for epoch in range(2):
         for index in range(batcher.num_batches):
@@ -175,10 +164,10 @@ def test_checkpoint_of_the_old_nnx_variable_layout_restores_into_plain_dicts(tmp
     from configs import smoke
     from configs.errors import UserError
     from models import checkpoint as ckpt
-    from models.training import build_model, build_optimizer, init_train_state
+    from models.training import build_model, build_optimizer, create_train_state
 
     cfg = smoke.get_config()
-    model = build_model(cfg, 50, 50, 0)
+    model = build_model(cfg, 50, 50)
     optimizer = build_optimizer(cfg.train)
     old_params = jax.tree.map(lambda x: x + 1.0, nnx.state(model, nnx.Param))
     old = {"step": jnp.array(7, jnp.int32), "params": old_params,
@@ -188,7 +177,7 @@ def test_checkpoint_of_the_old_nnx_variable_layout_restores_into_plain_dicts(tmp
     ckpt.save(manager, 7, old, {"epoch": 0})
     manager.wait_until_finished()
 
-    today = init_train_state(model, optimizer)
+    _, today = create_train_state(cfg, 50, 50)
     assert isinstance(today["params"], dict)
     state, meta = ckpt.restore(manager, 7, ckpt.abstract_of(today))
     assert meta["epoch"] == 0 and int(state["step"]) == 7
@@ -198,6 +187,6 @@ def test_checkpoint_of_the_old_nnx_variable_layout_restores_into_plain_dicts(tmp
         np.testing.assert_array_equal(value, expected[key])
 
     # A model of another shape fits neither layout: the error names the step.
-    other = build_model(cfg, 60, 60, 0)  # another vocabulary
+    _, other = create_train_state(cfg, 60, 60)  # another vocabulary
     with pytest.raises(UserError, match="checkpoint step 7"):
-        ckpt.restore(manager, 7, ckpt.abstract_of(init_train_state(other, optimizer)))
+        ckpt.restore(manager, 7, ckpt.abstract_of(other))

@@ -1,0 +1,62 @@
+"""Which config changes a resumed run accepts.
+
+A run's config is saved as `<workdir>/config.json`; running train.py again on that
+workdir compares the new config with it:
+
+  * keys starting with SAFE_ON_RESUME change freely (how long to train, how often to
+    evaluate, log and save);
+  * keys starting with LOCKED_ON_RESUME (the model's shape, the vocabulary, the data and
+    its batching) never change: the checkpoint cannot continue under other values...
+  * ...except CHANGEABLE_WITH_FLAG ones, which only move files, name evaluation files or
+    change how the same computation runs;
+  * every other change (the learning rate, say) needs `--allow_config_change=KEY,...`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import ml_collections
+
+from configs import base
+from configs.cli import config_diff, flatten_config
+from configs.errors import UserError
+
+SAFE_ON_RESUME = ("train.num_steps", "train.log_every_steps", "train.patience",
+                  "train.max_minutes", "eval.", "checkpoint.every_steps", "checkpoint.keep",
+                  "attention_maps.")
+LOCKED_ON_RESUME = ("data.", "model.")
+CHANGEABLE_WITH_FLAG = ("data.data_dir", "data.hf_cache_dir", "data.pack_length",
+                        "data.valid_source", "data.valid_target", "data.test_source",
+                        "data.test_target", "model.dropout", "model.attention_dropout",
+                        "model.attention_impl", "model.embedding_grad", "model.dtype")
+
+
+def check_resume_config(saved: ml_collections.ConfigDict, new: ml_collections.ConfigDict,
+                        workdir: str, allowed: Iterable[str] = ()) -> None:
+    """Raises UserError when `new` may not continue the run saved with config `saved`.
+
+    allowed: keys given with --allow_config_change.
+    """
+    allowed = tuple(allowed)
+    # A field added to configs/base.py after the run started is no change while it holds
+    # its default (the default keeps what the code did before the field existed).
+    saved_keys, defaults = flatten_config(saved), flatten_config(base.get_config())
+    diff = [(k, old, value) for k, old, value in config_diff(saved, new)
+            if not k.startswith(SAFE_ON_RESUME)
+            and not (k not in saved_keys and k in defaults and value == defaults[k])]
+    locked = [d for d in diff
+              if d[0].startswith(LOCKED_ON_RESUME) and d[0] not in CHANGEABLE_WITH_FLAG]
+    unsafe = [d for d in diff if d not in locked and d[0] not in allowed]
+
+    def fields(items):
+        return "; ".join(f"{k}: {old!r} -> {value!r}" for k, old, value in items)
+
+    if locked:
+        raise UserError(f"config differs from the checkpointed run in {workdir} in fields that "
+                        f"fix the model shape, vocabulary or data ({fields(locked)}); they cannot "
+                        "change on resume: use a new --workdir")
+    if unsafe:
+        raise UserError(f"config differs from the checkpointed run in {workdir} "
+                        f"({fields(unsafe)}); use a new --workdir, or --allow_config_change="
+                        f"{','.join(k for k, _, _ in unsafe)} to continue with the new values")

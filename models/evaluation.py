@@ -1,0 +1,158 @@
+"""Translate a corpus, score it, record its attention maps: what evaluate.py and the
+validation inside train.py share, so a validation BLEU equals evaluate.py's on that split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+from flax import nnx
+from sacrebleu.metrics import BLEU, CHRF
+
+from attention.mapfile import concatenate_maps, save_maps
+from attention.plotting import heatmap_image_array, preview_pngs
+from data.batching import eval_batches
+from models.compilation import CompileTimer
+from models.metrics_log import MetricsLog
+from models.translate import record_maps, translate_ids
+
+MAX_PREVIEW_EXAMPLES = 8  # PNG previews for at most this many of the saved maps
+
+
+def clean_line(text: str) -> str:
+    """A hypothesis as one file line: no line breaks, no surrounding whitespace (so the
+    scores computed here equal sacreBLEU run on the written file)."""
+    return text.replace("\r", " ").replace("\n", " ").strip()
+
+
+def translate_lines(model, tokenizer, sources: list[str], *, beam_size: int,
+                    length_penalty: float, batch_size: int, bucket_step: int,
+                    progress: bool = False) -> tuple[list[str], dict]:
+    """Translates every line (an empty line gives an empty line without running the model).
+
+    Returns (hypotheses in input order, timing dict: decode_seconds, compile_seconds,
+    sentences_translated, target_tokens, sentences_per_sec, target_tokens_per_sec).
+    """
+    todo = [i for i, s in enumerate(sources) if s]
+    hyps = [""] * len(sources)
+    start = time.perf_counter()
+    target_tokens = 0
+    with CompileTimer() as compile_timer:
+        if todo:
+            ids = translate_ids(model, tokenizer.encode_source([sources[i] for i in todo]),
+                                beam_size=beam_size, length_penalty=length_penalty,
+                                batch_size=batch_size, bucket_step=bucket_step, progress=progress)
+            target_tokens = sum(len(h) for h in ids)
+            for i, text in zip(todo, tokenizer.decode_target(ids), strict=True):
+                hyps[i] = clean_line(text)
+    seconds = time.perf_counter() - start
+    return hyps, {
+        "decode_seconds": seconds,
+        "compile_seconds": compile_timer.seconds,
+        "sentences_translated": len(todo),
+        "target_tokens": target_tokens,
+        "sentences_per_sec": len(todo) / max(seconds, 1e-9),
+        "target_tokens_per_sec": target_tokens / max(seconds, 1e-9),
+    }
+
+
+def moses_lc_tok(lines: list[str], lang: str) -> list[str]:
+    """Lowercased, Moses-tokenized text (sacremoses, no XML escaping)."""
+    from sacremoses import MosesTokenizer
+
+    tokenizer = MosesTokenizer(lang=lang)
+    return [tokenizer.tokenize(line.lower(), escape=False, return_str=True) for line in lines]
+
+
+def score(hyps: list[str], refs: list[str], *, compat_lc_tok: bool = False,
+          target_lang: str = "en") -> dict:
+    """sacreBLEU BLEU and chrF (detokenized, cased), and with `compat_lc_tok` BLEU on
+    lowercased Moses-tokenized text; values, signatures and BLEU details."""
+    bleu_metric, chrf_metric = BLEU(), CHRF()
+    bleu = bleu_metric.corpus_score(hyps, [refs])
+    chrf = chrf_metric.corpus_score(hyps, [refs])
+    out = {
+        "bleu": bleu.score,
+        "bleu_signature": str(bleu_metric.get_signature()),
+        "bleu_text": str(bleu),
+        "bleu_details": {"precisions": list(bleu.precisions), "bp": bleu.bp,
+                         "ratio": bleu.ratio, "hyp_len": bleu.sys_len,
+                         "ref_len": bleu.ref_len},
+        "chrf": chrf.score,
+        "chrf_signature": str(chrf_metric.get_signature()),
+        "chrf_text": str(chrf),
+    }
+    if compat_lc_tok:
+        lc_metric = BLEU(tokenize="none")
+        lc = lc_metric.corpus_score(moses_lc_tok(hyps, target_lang),
+                                    [moses_lc_tok(refs, target_lang)])
+        out.update({
+            "bleu_lc_tok": lc.score,
+            "bleu_lc_tok_signature": str(lc_metric.get_signature()),
+            "bleu_lc_tok_preprocessing": f"lowercase + sacremoses MosesTokenizer(lang="
+                                         f"{target_lang!r}).tokenize(escape=False)",
+            "bleu_lc_tok_text": str(lc),
+        })
+    return out
+
+
+def save_attention(model, tokenizer, sources: list[str], n: int, *, beam_size: int,
+                   length_penalty: float, batch_size: int, step: int, out_dir: Path,
+                   stem: str) -> Path:
+    """Records the maps of the returned hypotheses of the first `n` sentences (in batches)
+    and writes `<stem>.npz` plus PNG previews of the first few into `out_dir`."""
+    source_ids = tokenizer.encode_source(sources[:n])
+    parts = [record_maps(model, tokenizer, source_ids[i:i + batch_size], None,
+                         beam_size=beam_size, length_penalty=length_penalty, step=step)
+             for i in range(0, len(source_ids), batch_size)]
+    maps = parts[0] if len(parts) == 1 else concatenate_maps(parts)
+    path = save_maps(out_dir / f"{stem}.npz", maps)
+    k = min(maps.num_examples, MAX_PREVIEW_EXAMPLES)
+    preview = dataclasses.replace(maps, **{
+        f.name: getattr(maps, f.name)[:k] for f in dataclasses.fields(maps)
+        if f.name not in ("step", "decode")})
+    preview_pngs(preview, out_dir, stem)
+    return path
+
+
+def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
+             valid: tuple[list[str], list[str]], step: int, log: MetricsLog,
+             workdir: Path) -> float:
+    """Validation loss, BLEU and chrF of the configured decoder, logged at `step`, and the
+    attention maps of the first `attention_maps.num_examples` sentences; returns BLEU."""
+    sources, targets = valid
+    if cfg.eval.max_sentences:
+        sources, targets = sources[: cfg.eval.max_sentences], targets[: cfg.eval.max_sentences]
+    totals = {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0.0}
+    for batch, _ in eval_batches(tokenizer.encode_source(sources), tokenizer.encode_target(targets),
+                                 batch_size=cfg.eval.batch_size, bucket_step=cfg.data.bucket_step):
+        batch.pop("num_tokens")
+        for key, value in eval_step(params, batch).items():
+            totals[key] += float(value)
+    tokens = max(totals["tokens"], 1.0)
+    model = nnx.merge(graphdef, params)
+    hyps, _ = translate_lines(model, tokenizer, sources, beam_size=cfg.eval.beam_size,
+                              length_penalty=cfg.eval.length_penalty,
+                              batch_size=cfg.eval.batch_size, bucket_step=cfg.data.bucket_step)
+    scores = score(hyps, list(targets))
+    log.write(step, "valid", loss=totals["loss_sum"] / tokens, nll=totals["nll_sum"] / tokens,
+              ppl=float(np.exp(totals["nll_sum"] / tokens)), bleu=scores["bleu"],
+              chrf=scores["chrf"], decode="greedy" if cfg.eval.beam_size == 1 else "beam",
+              num_sentences=len(sources))
+    n = cfg.attention_maps.num_examples
+    if cfg.attention_maps.enabled and n > 0 and jax.process_index() == 0:
+        src_ids = tokenizer.encode_source(valid[0][:n])
+        for target_ids in (tokenizer.encode_target(valid[1][:n]), None):  # forced, decoded
+            maps = record_maps(model, tokenizer, src_ids, target_ids, beam_size=cfg.eval.beam_size,
+                               length_penalty=cfg.eval.length_penalty, step=step)
+            stem = f"valid_step{step:07d}_{maps.decode}"
+            save_maps(workdir / "attention" / f"{stem}.npz", maps)
+            preview_pngs(maps, workdir / "attention", stem)
+            for example in range(maps.num_examples):
+                log.image(f"attention/{maps.decode}/example{example}",
+                          heatmap_image_array(maps, example), step)
+    return scores["bleu"]

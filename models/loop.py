@@ -1,0 +1,77 @@
+"""The training loop's host-side bookkeeping: its state, when periodic work is due, when
+to stop, and the checks a resume must pass. train.py reads these top to bottom."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from pathlib import Path
+
+from configs.errors import UserError
+from data.tokenizer import tokenizer_fingerprint
+
+
+@dataclasses.dataclass
+class LoopState:
+    """What the loop carries between steps besides the train state; saved as JSON in each
+    checkpoint's "meta" item (models/checkpoint.py), so its field names are a file format."""
+
+    epoch: int = 0  # data position to resume from: epoch ...
+    batch_index: int = 0  # ... and batch within it
+    best_bleu: float = -1.0  # best validation BLEU so far and its step
+    best_step: int = -1
+    bad_evals: int = 0  # validations since the best one (train.patience)
+    train_seconds: float = 0.0  # wall time spent training, over all sessions
+    data_sha256: str = ""  # fingerprints of the training pairs and tokenizer files
+    tokenizer_sha256: str = ""
+
+    @classmethod
+    def from_meta(cls, meta: dict) -> LoopState:
+        """From a checkpoint's meta item (keys a LoopState does not know are ignored)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in meta.items() if k in known})
+
+
+def itstime(step: int, every: int, final: bool = False) -> bool:
+    """Whether a periodic action (log, validate, save) is due after `step`: every `every`
+    steps (0 = never), and always at the final step of the run."""
+    return final or (every > 0 and step % every == 0)
+
+
+class StopRequest:
+    """SIGINT/SIGTERM set `signum`; the loop saves a checkpoint after the current step and
+    exits with 128 + signum. A second signal interrupts at once. `restore()` puts the
+    previous handlers back (train() called from a notebook leaves Ctrl-C as it was)."""
+
+    def __init__(self):
+        self.signum = 0
+        self.previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum, frame):
+        if self.signum:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+
+def check_resume_inputs(loop: LoopState, step: int, workdir: Path, data_sha256: str) -> None:
+    """Refuse a checkpoint whose training data or tokenizer differ from what this run has
+    (the config can be unchanged while a file was edited or tokenizer/ replaced)."""
+    if loop.data_sha256 and loop.data_sha256 != data_sha256:
+        raise UserError(f"the training data differ from those checkpoint step {step} in {workdir} "
+                        "was trained on (same config, other file contents); use a new --workdir")
+    tokenizer_dir = workdir / "tokenizer"
+    if not (tokenizer_dir / "tokenizer.json").is_file():
+        raise UserError(f"{tokenizer_dir} is missing or incomplete; checkpoint step {step} needs "
+                        "the tokenizer it was trained with")
+    if loop.tokenizer_sha256 and loop.tokenizer_sha256 != tokenizer_fingerprint(tokenizer_dir):
+        raise UserError(f"the tokenizer in {tokenizer_dir} is not the one checkpoint step {step} "
+                        "was trained with (its vocabulary files changed); put the original back "
+                        "or use a new --workdir")
