@@ -1,4 +1,4 @@
-"""Inspect a saved attention map file (SPEC §4.6).
+"""Inspect a saved attention map file (README, journey 3).
 
     python -m attention.inspect FILE.npz [--example I] [--kind cross|encoder_self|decoder_self]
         [--layer L|mean] [--head H|mean] [--out fig.png] [--grid] [--html out.html]

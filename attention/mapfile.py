@@ -1,4 +1,5 @@
-"""The attention map file: one `.npz` per set of recorded sentences (SPEC §4.5).
+"""The attention map file: one `.npz` per set of recorded sentences (README: "The
+attention map file").
 
 A map file is written with `np.savez_compressed` and holds only plain arrays, so it
 loads with `np.load(path, allow_pickle=False)` (no pickled objects, ever):
@@ -54,7 +55,7 @@ ARRAY_NAMES = (*KINDS, "source_tokens", "target_tokens", "source_lengths", "targ
 
 
 class MapFormatError(UserError, ValueError):
-    """A file or object that is not an attention map in the SPEC §4.5 format (a UserError:
+    """A file or object that is not an attention map in the map file format (a UserError:
     the command lines report it as one `error:` line)."""
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.synthetic import PAD_ID
+from data.tokenizer import PAD_ID
 
 Batch = dict[str, np.ndarray]
 FLOP_FORMULA = ("F_step = 6 * (P_src * N_src + P_tgt * N_tgt) + 12 * d_model * sum_i "

@@ -14,9 +14,7 @@ from the one `create_train_state` returns:
                layout before the train state switched to plain dicts);
     pure       params as plain nested dicts: the state as returned (train.py's layout);
     pure_flat  pure, and the optimizer wrapped in `optax.flatten` (one update over one
-               vector instead of one per parameter array); `make_train_step` builds its
-               optimizer itself (`build_optimizer(cfg.train)`), so for this variant that
-               call is patched to return the flattened one;
+               vector instead of one per parameter array), passed to `make_train_step`;
 
 it reports `compile_s` (first call), `step_ms` (median of 3 timings of `--steps` steps,
 synced once after each) and `dispatch_ms` (host time to issue one step while the device is
@@ -85,8 +83,6 @@ def setup_variant(graphdef, base: dict, cfg_train, variant: str) -> tuple[dict, 
 
     `base` is the state `create_train_state` returned; it is copied, not consumed (the
     step donates its state, and `base` serves every variant)."""
-    from unittest import mock
-
     import jax
     import jax.numpy as jnp
     import optax
@@ -103,9 +99,7 @@ def setup_variant(graphdef, base: dict, cfg_train, variant: str) -> tuple[dict, 
         return state, training.make_train_step(graphdef, cfg_train), optimizer
     optimizer = optax.flatten(optimizer)
     state["opt_state"] = optimizer.init(state["params"])
-    # make_train_step calls build_optimizer(cfg_train) once, when it builds the step.
-    with mock.patch.object(training, "build_optimizer", lambda _: optimizer):
-        return state, training.make_train_step(graphdef, cfg_train), optimizer
+    return state, training.make_train_step(graphdef, cfg_train, optimizer), optimizer
 
 
 def trace_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:

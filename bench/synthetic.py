@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-BOS_ID, PAD_ID = 2, 0
+from data.tokenizer import BOS_ID  # no JAX there either
+
 SYNTHETIC_MEAN, SYNTHETIC_STD, SYNTHETIC_MIN, SYNTHETIC_MAX = 16, 6, 4, 40
 FIRST_ID = 4  # ids below are pad, unk, bos, eos
 

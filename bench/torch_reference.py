@@ -38,7 +38,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import write_json  # noqa: E402
-from bench.synthetic import PAD_ID, synthetic_batches  # noqa: E402
+from bench.synthetic import synthetic_batches  # noqa: E402
+from data.tokenizer import PAD_ID  # noqa: E402
 
 SIZES = {
     "tiny": {"d_model": 128, "layers": 4, "heads": 4, "d_ff": 256},

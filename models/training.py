@@ -118,17 +118,19 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     return sums["loss_sum"] / jnp.maximum(tokens, 1.0), sums
 
 
-def make_train_step(graphdef: nnx.GraphDef, cfg_train):
+def make_train_step(graphdef: nnx.GraphDef, cfg_train,
+                    optimizer: optax.GradientTransformation | None = None):
     """The jit-compiled train step `(state, batch) -> (state, metrics)`; `state` is donated.
 
-    The optimizer is `build_optimizer(cfg_train)`, the one `create_train_state` initialised.
+    The optimizer is `build_optimizer(cfg_train)`, the one `create_train_state` initialised
+    (bench/step_profile.py passes another to compare state layouts).
 
     A step whose loss or gradient is not finite leaves the parameters untouched and
     records its number in `state["nonfinite_step"]`; the host checks it when it syncs
     anyway (logging, checkpointing), so there is no host round-trip per step.
     """
     base_key = jax.random.key(cfg_train.seed)
-    optimizer = build_optimizer(cfg_train)
+    optimizer = optimizer or build_optimizer(cfg_train)
 
     def step_fn(state: dict, batch: dict):
         dropout_rng = jax.random.fold_in(base_key, state["step"])

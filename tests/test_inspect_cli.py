@@ -1,4 +1,4 @@
-"""PNG plotting, the HTML file and `python -m attention.inspect` (SPEC §4.6)."""
+"""PNG plotting, the HTML file and `python -m attention.inspect` (journey 3)."""
 
 from __future__ import annotations
 

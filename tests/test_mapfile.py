@@ -1,4 +1,4 @@
-"""The attention map file format (SPEC §4.5): save/load, format checks, invariants, builder."""
+"""The attention map file format: save/load, format checks, invariants, builder."""
 
 from __future__ import annotations
 
