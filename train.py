@@ -58,7 +58,13 @@ from data.tokenizer import encode_for_training, load_or_train_tokenizer, tokeniz
 from models import checkpoint as ckpt
 from models.compilation import CompileTimer, enable_compilation_cache
 from models.evaluation import validate
-from models.loop import LoopState, StopRequest, check_resume_inputs, itstime
+from models.loop import (
+    LoopState,
+    StopRequest,
+    check_resume_inputs,
+    expected_last_step,
+    itstime,
+)
 from models.metrics_log import MetricsLog
 from models.training import (
     create_train_state,
@@ -135,8 +141,10 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     stop = StopRequest()
     batches = prefetch(pack_batches(batcher.iterate(loop.epoch, loop.batch_index),
                                     cfg.data.pack_length, math.lcm(8, mesh.size)))
+    budget = f" (stops after {cfg.train.max_minutes:g} min)" if cfg.train.max_minutes else ""
     progress = tqdm(total=cfg.train.num_steps, initial=step, dynamic_ncols=True,
-                    disable=jax.process_index() != 0, desc="train", mininterval=5)
+                    disable=jax.process_index() != 0, desc=f"train{budget}", mininterval=5)
+    first_step = step
     pending, window_start, window_tokens = [], time.time(), 0
     session_start, trained_before = time.time(), loop.train_seconds
     compile_timer = CompileTimer().start()  # XLA compilation (or cache loads) of this run
@@ -160,8 +168,11 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
             step += 1
             loop.epoch, loop.batch_index = batcher.position(step)  # where to resume
             pending.append(metrics)
-            progress.update(1)
             loop.train_seconds = trained_before + time.time() - session_start
+            progress.total = expected_last_step(  # under a time budget: the step it ends at
+                step, cfg.train.num_steps, cfg.train.max_minutes, loop.train_seconds,
+                (time.time() - session_start) / (step - first_step))
+            progress.update(1)
             out_of_time = bool(cfg.train.max_minutes) and (
                 loop.train_seconds > 60 * cfg.train.max_minutes)
             final = step == cfg.train.num_steps or out_of_time or bool(stop.signum)

@@ -38,6 +38,17 @@ def itstime(step: int, every: int, final: bool = False) -> bool:
     return final or (every > 0 and step % every == 0)
 
 
+def expected_last_step(step: int, num_steps: int, max_minutes: float, train_seconds: float,
+                       seconds_per_step: float) -> int:
+    """The step a run will stop at: `num_steps`, or earlier when the time budget
+    (`max_minutes` of training, 0 = none) runs out at `seconds_per_step`. For the progress
+    bar, so that its total and ETA tell the truth under a time budget."""
+    if not max_minutes or seconds_per_step <= 0:
+        return num_steps
+    left = max(0.0, 60 * max_minutes - train_seconds)
+    return min(num_steps, step + int(left / seconds_per_step) + 1)
+
+
 class StopRequest:
     """SIGINT/SIGTERM set `signum`; the loop saves a checkpoint after the current step and
     exits with 128 + signum. A second signal interrupts at once. `restore()` puts the

@@ -1,0 +1,43 @@
+"""The training loop's bookkeeping (models/loop.py): the periodic predicate, the loop state
+saved in checkpoints, and a progress bar that tells the truth under a time budget."""
+
+import re
+
+from conftest import run_script
+
+from models.loop import LoopState, expected_last_step, itstime
+
+
+def test_itstime_every_n_steps_and_at_the_final_step():
+    assert [s for s in range(1, 11) if itstime(s, 4)] == [4, 8]
+    assert itstime(7, 4, final=True) and not itstime(7, 0)
+    assert [s for s in range(1, 6) if itstime(s, 0, final=s == 5)] == [5]
+
+
+def test_loop_state_round_trips_through_checkpoint_meta():
+    meta = {"epoch": 2, "batch_index": 5, "best_bleu": 3.5, "best_step": 40, "bad_evals": 1,
+            "train_seconds": 12.0, "data_sha256": "a", "tokenizer_sha256": "b",
+            "state_crc32": 7}  # keys the loop does not own are ignored
+    loop = LoopState.from_meta(meta)
+    assert (loop.epoch, loop.batch_index, loop.best_step, loop.tokenizer_sha256) == (2, 5, 40, "b")
+    assert LoopState.from_meta({}) == LoopState()
+
+
+def test_expected_last_step_under_a_time_budget():
+    assert expected_last_step(10, 8000, 0, 5.0, 0.5) == 8000  # no budget
+    # 60 minutes, 600 s spent, 1 s per step: 3,000 more steps.
+    assert expected_last_step(600, 8000, 60, 600.0, 1.0) == 3601
+    assert expected_last_step(600, 2000, 60, 600.0, 1.0) == 2000  # num_steps comes first
+    assert expected_last_step(600, 8000, 1, 100.0, 1.0) == 601  # budget already spent
+
+
+def test_progress_bar_total_is_where_a_time_budget_stops_the_run(tmp_path):
+    result = run_script("train.py", "--config", "configs/smoke.py", "--workdir",
+                        str(tmp_path / "run"), "--config.train.num_steps=100000",
+                        "--config.train.max_minutes=0.1", "--config.eval.every_steps=0",
+                        "--config.attention_maps.enabled=False")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "stopping at step" in result.stdout and "time budget" in result.stdout
+    done, total = map(int, re.findall(r"(\d+)/(\d+) \[", result.stderr)[-1])
+    assert "stops after 0.1 min" in result.stderr
+    assert total < 100000 and done <= total <= done + 50, (done, total)
