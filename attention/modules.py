@@ -94,36 +94,50 @@ class MultiHeadAttention(nnx.Module):
         mask: jnp.ndarray | None,
         dropout_rng: jax.Array | None,
         return_weights: bool,
+        head_mask: jnp.ndarray | None = None,
     ) -> tuple[jnp.ndarray, jnp.ndarray | None]:
         """Attention over already projected heads, then the output projection.
 
         query: [B, Tq, H, Dk]; key: [B, Tk, H, Dk]; value: [B, Tk, H, Dv]; mask broadcastable
-        to [B, H, Tq, Tk]. Returns (output [B, Tq, out_features], weights [B, H, Tq, Tk] | None).
+        to [B, H, Tq, Tk]; head_mask: see `combine_heads`. Returns (output
+        [B, Tq, out_features], weights [B, H, Tq, Tk] | None).
         """
         mixed, weights = dot_product_attention(
             query, key, value, mask,
             dropout_rate=self.dropout_rate, dropout_rng=dropout_rng,
             return_weights=return_weights, implementation=self.attention_impl,
         )
-        out = self.out(mixed.reshape(*mixed.shape[:2], self.num_heads * self.value_dim))
-        return out, weights
+        return self.combine_heads(mixed, head_mask), weights
+
+    def combine_heads(self, mixed: jnp.ndarray, head_mask: jnp.ndarray | None) -> jnp.ndarray:
+        """Each head's output [B, Tq, H, Dv], scaled by `head_mask`, through the output
+        projection: [B, Tq, out_features].
+
+        head_mask: float [H] (one mask for the batch) or [B, H] (one per row), 1 = keep,
+        0 = remove the head (Michel et al. 2019's gate: its gradient is the head's
+        importance); None costs nothing. The weights returned are not masked.
+        """
+        if head_mask is not None:
+            mixed = mixed * jnp.asarray(head_mask, mixed.dtype)[..., None, :, None]
+        return self.out(mixed.reshape(*mixed.shape[:2], self.num_heads * self.value_dim))
 
     def __call__(self, inputs_q: jnp.ndarray, inputs_kv: jnp.ndarray | None = None,
                  *, mask: jnp.ndarray | None = None,
-                 dropout_rng: jax.Array | None = None, return_weights: bool = False) -> Attended:
+                 dropout_rng: jax.Array | None = None, return_weights: bool = False,
+                 head_mask: jnp.ndarray | None = None) -> Attended:
         """General attention.
 
         Args:
           inputs_q: [B, Tq, D_q]; inputs_kv: [B, Tk, D_kv] (defaults to inputs_q).
           mask: bool broadcastable to [B, H, Tq, Tk]; True = may attend.
+          head_mask: float [H] or [B, H], 0 removes a head (`combine_heads`).
         Returns:
           (output [B, Tq, out_features], weights float32 [B, H, Tq, Tk] | None).
         """
         inputs_kv = inputs_q if inputs_kv is None else inputs_kv
         key, value = self.project_kv(inputs_kv)
-        return self.attend(
-            self.project_query(inputs_q), key, value, mask, dropout_rng, return_weights
-        )
+        return self.attend(self.project_query(inputs_q), key, value, mask, dropout_rng,
+                           return_weights, head_mask)
 
 
 class SelfAttention(MultiHeadAttention):
@@ -131,14 +145,16 @@ class SelfAttention(MultiHeadAttention):
 
     def __call__(self, x: jnp.ndarray, valid: jnp.ndarray,
                  *, mask: jnp.ndarray | None = None,
-                 dropout_rng: jax.Array | None = None, return_weights: bool = False) -> Attended:
+                 dropout_rng: jax.Array | None = None, return_weights: bool = False,
+                 head_mask: jnp.ndarray | None = None) -> Attended:
         """x: [B, T, D]; valid: bool [B, T]. Returns ([B, T, D], weights [B, H, T, T] | None).
 
         `mask` (bool broadcastable to [B, H, T, T], e.g. `segment_mask` of packed
         sequences) replaces the key-padding mask built from `valid`.
         """
         mask = key_padding_mask(valid) if mask is None else mask
-        return super().__call__(x, mask=mask, dropout_rng=dropout_rng, return_weights=return_weights)
+        return super().__call__(x, mask=mask, dropout_rng=dropout_rng,
+                                return_weights=return_weights, head_mask=head_mask)
 
 
 class CausalSelfAttention(MultiHeadAttention):
@@ -146,34 +162,31 @@ class CausalSelfAttention(MultiHeadAttention):
 
     def __call__(self, x: jnp.ndarray, valid: jnp.ndarray,
                  *, mask: jnp.ndarray | None = None,
-                 dropout_rng: jax.Array | None = None, return_weights: bool = False) -> Attended:
+                 dropout_rng: jax.Array | None = None, return_weights: bool = False,
+                 head_mask: jnp.ndarray | None = None) -> Attended:
         """x: [B, T, D]; valid: bool [B, T]. Returns ([B, T, D], weights [B, H, T, T] | None).
 
         `mask` (e.g. `segment_mask` of packed sequences) replaces the key-padding mask
         built from `valid`; the causal mask is always applied.
         """
         mask = combine_masks(causal_mask(x.shape[1]), key_padding_mask(valid) if mask is None else mask)
-        return super().__call__(
-            x, mask=mask, dropout_rng=dropout_rng, return_weights=return_weights
-        )
+        return super().__call__(x, mask=mask, dropout_rng=dropout_rng,
+                                return_weights=return_weights, head_mask=head_mask)
 
     def init_cache(self, batch: int, max_length: int, dtype: jnp.dtype | None = None) -> KVCache:
         """An empty `KVCache` for `max_length` decoding steps."""
         dtype = dtype or self.dtype or jnp.float32
         return KVCache.zeros(batch, max_length, self.num_heads, self.key_dim, self.value_dim, dtype)
 
-    def step(
-        self,
-        x: jnp.ndarray,
-        cache: KVCache,
-        *,
-        return_weights: bool = False,
-    ) -> tuple[jnp.ndarray, KVCache, jnp.ndarray | None]:
+    def step(self, x: jnp.ndarray, cache: KVCache, *, return_weights: bool = False,
+             head_mask: jnp.ndarray | None = None,
+             ) -> tuple[jnp.ndarray, KVCache, jnp.ndarray | None]:
         """Decode one token at position `cache.index` (no dropout: decoding is inference).
 
         Args:
           x: [B, 1, D], the new token's input.
           cache: keys/values of the earlier positions.
+          head_mask: [H] or [B, H] (`combine_heads`).
         Returns:
           (output [B, 1, D], updated cache, weights [B, H, 1, T_max] | None; zero beyond the
           current position).
@@ -183,8 +196,7 @@ class CausalSelfAttention(MultiHeadAttention):
         mixed, weights = cached_attention(
             self.project_query(x), cache.key, cache.value, cache.valid_mask()
         )
-        out = self.out(mixed.reshape(*mixed.shape[:2], self.num_heads * self.value_dim))
-        return out, cache, (weights if return_weights else None)
+        return self.combine_heads(mixed, head_mask), cache, (weights if return_weights else None)
 
 
 class CrossAttention(MultiHeadAttention):
@@ -200,12 +212,14 @@ class CrossAttention(MultiHeadAttention):
 
     def __call__(self, x: jnp.ndarray, memory: jnp.ndarray | CrossKV,
                  memory_valid: jnp.ndarray | None = None, *, mask: jnp.ndarray | None = None,
-                 dropout_rng: jax.Array | None = None, return_weights: bool = False) -> Attended:
+                 dropout_rng: jax.Array | None = None, return_weights: bool = False,
+                 head_mask: jnp.ndarray | None = None) -> Attended:
         """Attend from decoder states to the source.
 
         Args:
           x: [B, T, D]; memory: encoder output [B, S, D_enc] with `memory_valid` bool [B, S],
             or a `CrossKV` from `precompute` (then `memory_valid` is taken from it).
+          head_mask: float [H] or [B, H], 0 removes a head (`combine_heads`).
           mask: bool broadcastable to [B, H, T, S] replacing the key-padding mask of the
             memory (packed pairs: `segment_mask(target_segments, source_segments)`).
         Returns:
@@ -213,4 +227,5 @@ class CrossAttention(MultiHeadAttention):
         """
         kv = memory if isinstance(memory, CrossKV) else self.precompute(memory, memory_valid)
         mask = key_padding_mask(kv.valid) if mask is None else mask
-        return self.attend(self.project_query(x), kv.key, kv.value, mask, dropout_rng, return_weights)
+        return self.attend(self.project_query(x), kv.key, kv.value, mask, dropout_rng,
+                           return_weights, head_mask)

@@ -165,13 +165,15 @@ class EncoderLayer(nnx.Module):
         self.attention_block = Residual(config, rngs=rngs)
         self.feed_forward_block = Residual(config, rngs=rngs)
 
-    def __call__(self, x, valid, dropout_rng=None, return_weights=False, mask=None):
+    def __call__(self, x, valid, dropout_rng=None, return_weights=False, mask=None,
+                 head_mask=None):
         """x: [B, S, D]; valid: bool [B, S]; mask: optional attention mask replacing the
-        padding mask (packed sequences). Returns ([B, S, D], weights [B, H, S, S] | None)."""
+        padding mask (packed sequences); head_mask: [H] or [B, H] (0 removes a head).
+        Returns ([B, S, D], weights [B, H, S, S] | None)."""
         r = split_rng(dropout_rng, 4)
         x, weights = self.attention_block(
             x, lambda h: self.attention(h, valid, mask=mask, dropout_rng=r[0],
-                                        return_weights=return_weights),
+                                        return_weights=return_weights, head_mask=head_mask),
             r[1],
         )
         x, _ = self.feed_forward_block(x, lambda h: (self.feed_forward(h, r[2]), None), r[3])
@@ -191,42 +193,48 @@ class DecoderLayer(nnx.Module):
         self.feed_forward_block = Residual(config, rngs=rngs)
 
     def __call__(self, y, valid, cross_kv: CrossKV, dropout_rng=None, return_weights=False,
-                 self_mask=None, cross_mask=None):
+                 self_mask=None, cross_mask=None, head_masks=(None, None)):
         """Full-sequence (teacher-forced) pass.
 
         y: [B, T, D]; valid: bool [B, T]; cross_kv: projected encoder memory; self_mask,
-        cross_mask: optional masks replacing the padding masks (packed sequences).
+        cross_mask: optional masks replacing the padding masks (packed sequences);
+        head_masks: (self, cross), each [H], [B, H] or None (0 removes a head).
         Returns ([B, T, D], self weights [B, H, T, T] | None, cross weights [B, H, T, S] | None).
         """
         r = split_rng(dropout_rng, 6)
         y, self_w = self.self_block(
             y, lambda h: self.self_attention(h, valid, mask=self_mask, dropout_rng=r[0],
-                                             return_weights=return_weights),
+                                             return_weights=return_weights,
+                                             head_mask=head_masks[0]),
             r[1],
         )
         y, cross_w = self.cross_block(
             y, lambda h: self.cross_attention(h, cross_kv, mask=cross_mask, dropout_rng=r[2],
-                                              return_weights=return_weights),
+                                              return_weights=return_weights,
+                                              head_mask=head_masks[1]),
             r[3],
         )
         y, _ = self.feed_forward_block(y, lambda h: (self.feed_forward(h, r[4]), None), r[5])
         return y, self_w, cross_w
 
-    def step(self, y, cache: KVCache, cross_kv: CrossKV, return_weights=False):
+    def step(self, y, cache: KVCache, cross_kv: CrossKV, return_weights=False,
+             head_masks=(None, None)):
         """One decoding step (no dropout).
 
-        y: [B, 1, D]. Returns ([B, 1, D], new cache, self weights [B, H, 1, T_max] | None,
-        cross weights [B, H, 1, S] | None).
+        y: [B, 1, D]; head_masks: (self, cross) as in `__call__`. Returns ([B, 1, D], new
+        cache, self weights [B, H, 1, T_max] | None, cross weights [B, H, 1, S] | None).
         """
         new_cache = [cache]
 
         def self_sublayer(h):
-            out, new_cache[0], w = self.self_attention.step(h, cache, return_weights=return_weights)
+            out, new_cache[0], w = self.self_attention.step(
+                h, cache, return_weights=return_weights, head_mask=head_masks[0])
             return out, w
 
         y, self_w = self.self_block(y, self_sublayer, None)
         y, cross_w = self.cross_block(
-            y, lambda h: self.cross_attention(h, cross_kv, return_weights=return_weights), None
+            y, lambda h: self.cross_attention(h, cross_kv, return_weights=return_weights,
+                                              head_mask=head_masks[1]), None
         )
         y, _ = self.feed_forward_block(y, lambda h: (self.feed_forward(h, None), None), None)
         return y, new_cache[0], self_w, cross_w

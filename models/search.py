@@ -167,7 +167,8 @@ def _weight_buffers(return_weights: bool, lead: tuple[int, ...], steps: int, src
     return (jnp.zeros((*lead, steps), jnp.float32), jnp.zeros((*lead, src_len), jnp.float32))
 
 
-def greedy_search(model, src, *, max_length: int, return_weights: bool = False) -> SearchOutput:
+def greedy_search(model, src, *, max_length: int, return_weights: bool = False,
+                  head_mask: dict | None = None) -> SearchOutput:
     """Greedy (argmax) decoding.
 
     Args:
@@ -175,13 +176,16 @@ def greedy_search(model, src, *, max_length: int, return_weights: bool = False) 
       src: int32 [B, S] source ids (tokens + eos, pad = 0).
       max_length: static int, the most tokens generated per sentence (eos included).
       return_weights: also return the attention maps (a different compiled function).
+      head_mask: {kind: [L, H] or [L, B, H]} heads to keep (1) or remove (0), or None
+        (models/transformer.py).
     Returns:
       `SearchOutput`; `scores` equals `log_probs`.
     """
     src = jnp.asarray(src, jnp.int32)
     batch, src_len = src.shape
     steps = _check_max_length(max_length)
-    memory, src_valid, enc_w = model.encode(src, return_weights=return_weights)
+    memory, src_valid, enc_w = model.encode(src, return_weights=return_weights,
+                                            head_mask=head_mask)
     state = model.init_decode_state(memory, src_valid, steps)
     num_layers, num_heads = _decoder_dims(state)
     w_self, w_cross = _weight_buffers(return_weights, (num_layers, batch, num_heads, steps),
@@ -203,7 +207,8 @@ def greedy_search(model, src, *, max_length: int, return_weights: bool = False) 
 
     def body(s: _GreedyState) -> _GreedyState:
         t, finished = s.t, s.finished
-        logits, state, w = model.decode_step(s.last, s.decode_state, return_weights=return_weights)
+        logits, state, w = model.decode_step(s.last, s.decode_state, return_weights=return_weights,
+                                             head_mask=head_mask)
         lp = _log_probs(logits)
         token = jnp.argmax(lp, axis=-1).astype(jnp.int32)
         token_lp = jnp.take_along_axis(lp, token[:, None], axis=-1)[:, 0]
@@ -232,15 +237,8 @@ def greedy_search(model, src, *, max_length: int, return_weights: bool = False) 
     return SearchOutput(s.tokens, s.lengths, s.log_probs, s.log_probs, weights)
 
 
-def beam_search(
-    model,
-    src,
-    *,
-    beam_size: int,
-    length_penalty: float = 0.6,
-    max_length: int,
-    return_weights: bool = False,
-) -> SearchOutput:
+def beam_search(model, src, *, beam_size: int, length_penalty: float = 0.6, max_length: int,
+                return_weights: bool = False, head_mask: dict | None = None) -> SearchOutput:
     """Beam search with GNMT length normalization (see the module docstring).
 
     Args:
@@ -250,19 +248,23 @@ def beam_search(
       length_penalty: alpha of ((5 + len) / 6) ** alpha; may be a traced scalar.
       max_length: static int, the most tokens per hypothesis (eos included).
       return_weights: also return the attention maps of the returned hypotheses.
+      head_mask: as in `greedy_search` (per-row masks are over the B sentences).
     Returns:
       `SearchOutput` of the best hypothesis per sentence.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if beam_size == 1:
-        out = greedy_search(model, src, max_length=max_length, return_weights=return_weights)
+        out = greedy_search(model, src, max_length=max_length, return_weights=return_weights,
+                            head_mask=head_mask)
         return out._replace(scores=out.log_probs / gnmt_penalty(out.lengths, length_penalty))
     return _beam_search(model, src, beam_size=beam_size, alpha=length_penalty,
-                        max_length=max_length, return_weights=return_weights)
+                        max_length=max_length, return_weights=return_weights,
+                        head_mask=head_mask)
 
 
-def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, early_exit=True):
+def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, early_exit=True,
+                 head_mask=None):
     """The beam search loop for any beam_size >= 1.
 
     With beam_size=1 it equals greedy search when alpha = 0; with alpha != 0 it may keep
@@ -274,9 +276,13 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
     batch, src_len = src.shape
     k, steps = int(beam_size), _check_max_length(max_length)
     alpha = jnp.asarray(alpha, jnp.float32)
-    memory, src_valid, enc_w = model.encode(src, return_weights=return_weights)
+    memory, src_valid, enc_w = model.encode(src, return_weights=return_weights,
+                                            head_mask=head_mask)
     state = model.init_decode_state(memory, src_valid, steps)  # cross K/V projected once per sentence
     state = jax.tree.map(lambda x: x if x.ndim == 0 else jnp.repeat(x, k, axis=0), state)
+    if head_mask is not None:  # per-sentence masks [L, B, H] -> per beam [L, B*K, H]
+        head_mask = {kind: m if m.ndim == 2 else jnp.repeat(m, k, axis=1)
+                     for kind, m in head_mask.items()}
     num_layers, num_heads = _decoder_dims(state)
     rows = jnp.arange(batch)[:, None]
     max_len_penalty = gnmt_penalty(steps, alpha)
@@ -304,7 +310,8 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
 
     def body(s: BeamState) -> BeamState:
         t, done = s.t, s.done
-        logits, state, w = model.decode_step(s.last, s.decode_state, return_weights=return_weights)
+        logits, state, w = model.decode_step(s.last, s.decode_state, return_weights=return_weights,
+                                             head_mask=head_mask)
         lp = _log_probs(logits)
         vocab = lp.shape[-1]
         cand = (s.live_lp[:, :, None] + lp.reshape(batch, k, vocab)).reshape(batch, k * vocab)

@@ -101,15 +101,18 @@ def token_losses(logits: jnp.ndarray, targets: jnp.ndarray, label_smoothing: flo
     return (1.0 - label_smoothing) * nll + label_smoothing * uniform, nll
 
 
-def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_rng=None):
+def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_rng=None,
+               head_mask: dict | None = None):
     """Mean loss over non-pad target tokens.
 
     batch: {"src": [B, S], "tgt_in": [B, T], "tgt_out": [B, T]} int32, plus the segments and
-    positions of data/packing.py when the rows are packed.
+    positions of data/packing.py when the rows are packed; head_mask: heads to keep or
+    remove, {kind: [L, H] or [L, B, H]} (models/transformer.py).
     Returns (mean smoothed loss, {"loss_sum", "nll_sum", "tokens"} float32 scalars).
     """
     packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
-    logits, _ = model(batch["src"], batch["tgt_in"], dropout_rng=dropout_rng, **packing)
+    logits, _ = model(batch["src"], batch["tgt_in"], dropout_rng=dropout_rng,
+                      head_mask=head_mask, **packing)
     smoothed, nll = token_losses(logits, batch["tgt_out"], label_smoothing)
     weights = (batch["tgt_out"] != PAD_ID).astype(jnp.float32)
     tokens = jnp.sum(weights)

@@ -12,6 +12,12 @@ Entry points:
 With `return_weights=True` each entry point also returns the attention weights keyed
 by kind, stacked over layers: "encoder_self" [L_enc, B, H, S, S], "decoder_self"
 [L_dec, B, H, T, T], "cross" [L_dec, B, H, T, S].
+
+Head masks: every entry point takes `head_mask`, a dict keyed by the same kinds (a kind
+may be missing) of float arrays [L, H] (one mask for the batch) or [L, B, H] (one per
+row, e.g. several masks of one sentence batched together); 1 keeps a head, 0 removes it
+(its output is multiplied by the mask before the output projection, as in Michel et al.
+2019). None, the default, costs nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +49,12 @@ def _stack(weights: list) -> jnp.ndarray | None:
     return None if weights[0] is None else jnp.stack(weights)
 
 
+def layer_head_masks(head_mask: dict | None, kind: str, num_layers: int) -> list:
+    """The per-layer masks ([H] or [B, H]) of `kind` in `head_mask`, or Nones."""
+    masks = None if head_mask is None else head_mask.get(kind)
+    return [None] * num_layers if masks is None else [masks[i] for i in range(num_layers)]
+
+
 class Transformer(nnx.Module):
     """Encoder-decoder Transformer.
 
@@ -70,7 +82,7 @@ class Transformer(nnx.Module):
         self.decoder_norm = layer_norm(config, rngs) if config.pre_ln else None
 
     def encode(self, src: jnp.ndarray, *, segments=None, positions=None, dropout_rng=None,
-               return_weights: bool = False):
+               return_weights: bool = False, head_mask: dict | None = None):
         """Encode source ids.
 
         src: int32 [B, S] (pad = 0); segments, positions: int32 [B, S] of packed rows
@@ -83,8 +95,9 @@ class Transformer(nnx.Module):
         r = split_rng(dropout_rng, len(self.encoder_layers) + 1)
         x = dropout(self.source_embed(src, positions), self.dropout_rate, r[-1])
         weights = []
-        for layer, rng in zip(self.encoder_layers, r, strict=False):
-            x, w = layer(x, valid, rng, return_weights, mask=mask)
+        masks = layer_head_masks(head_mask, "encoder_self", len(self.encoder_layers))
+        for layer, rng, head in zip(self.encoder_layers, r, masks, strict=False):
+            x, w = layer(x, valid, rng, return_weights, mask=mask, head_mask=head)
             weights.append(w)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
@@ -96,7 +109,7 @@ class Transformer(nnx.Module):
                      for layer in self.decoder_layers)
 
     def decode(self, tgt_in, memory, src_valid, *, segments=None, positions=None,
-               src_segments=None, dropout_rng=None, return_weights=False):
+               src_segments=None, dropout_rng=None, return_weights=False, head_mask=None):
         """Teacher-forced decoder pass.
 
         tgt_in: int32 [B, T] (bos + tokens, pad = 0); memory: [B, S, D]; src_valid: bool [B, S];
@@ -112,8 +125,11 @@ class Transformer(nnx.Module):
         r = split_rng(dropout_rng, len(self.decoder_layers) + 1)
         y = dropout(self.target_embed(tgt_in, positions), self.dropout_rate, r[-1])
         self_ws, cross_ws = [], []
-        for layer, kv, rng in zip(self.decoder_layers, self.cross_kv(memory, src_valid), r, strict=False):
-            y, self_w, cross_w = layer(y, valid, kv, rng, return_weights, self_mask, cross_mask)
+        masks = self._decoder_head_masks(head_mask)
+        for layer, kv, rng, heads in zip(self.decoder_layers, self.cross_kv(memory, src_valid), r,
+                                         masks, strict=False):
+            y, self_w, cross_w = layer(y, valid, kv, rng, return_weights, self_mask, cross_mask,
+                                       heads)
             self_ws.append(self_w)
             cross_ws.append(cross_w)
         if self.decoder_norm is not None:
@@ -122,8 +138,14 @@ class Transformer(nnx.Module):
         weights = {"decoder_self": _stack(self_ws), "cross": _stack(cross_ws)} if return_weights else None
         return logits, weights
 
+    def _decoder_head_masks(self, head_mask: dict | None) -> list[tuple]:
+        """Per decoder layer: (self-attention mask, cross-attention mask)."""
+        n = len(self.decoder_layers)
+        return list(zip(layer_head_masks(head_mask, "decoder_self", n),
+                        layer_head_masks(head_mask, "cross", n), strict=True))
+
     def __call__(self, src, tgt_in, *, src_segments=None, tgt_segments=None, src_positions=None,
-                 tgt_positions=None, dropout_rng=None, return_weights=False):
+                 tgt_positions=None, dropout_rng=None, return_weights=False, head_mask=None):
         """Training / teacher-forced forward pass.
 
         src: int32 [B, S]; tgt_in: int32 [B, T]; for packed rows (data/packing.py) also
@@ -133,10 +155,12 @@ class Transformer(nnx.Module):
         """
         enc_rng, dec_rng = split_rng(dropout_rng, 2)
         memory, src_valid, enc_w = self.encode(src, segments=src_segments, positions=src_positions,
-                                               dropout_rng=enc_rng, return_weights=return_weights)
+                                               dropout_rng=enc_rng, return_weights=return_weights,
+                                               head_mask=head_mask)
         logits, weights = self.decode(
             tgt_in, memory, src_valid, segments=tgt_segments, positions=tgt_positions,
             src_segments=src_segments, dropout_rng=dec_rng, return_weights=return_weights,
+            head_mask=head_mask,
         )
         if return_weights:
             weights = {"encoder_self": enc_w, **weights}
@@ -152,17 +176,19 @@ class Transformer(nnx.Module):
                        for layer in self.decoder_layers)
         return DecodeState(caches, self.cross_kv(memory, src_valid))
 
-    def decode_step(self, tokens: jnp.ndarray, state: DecodeState, *, return_weights: bool = False):
+    def decode_step(self, tokens: jnp.ndarray, state: DecodeState, *, return_weights: bool = False,
+                    head_mask: dict | None = None):
         """Feed one token per sequence at position `state.caches[0].index`.
 
-        tokens: int32 [B]. Returns (logits float32 [B, V], new state,
+        tokens: int32 [B]; head_mask: as in the module docstring, over these B rows. Returns (logits float32 [B, V], new state,
         {"decoder_self": [L, B, H, T_max], "cross": [L, B, H, S]} | None).
         """
         position = state.caches[0].index
         y = self.target_embed(tokens[:, None], position[None])
         caches, self_ws, cross_ws = [], [], []
-        for layer, cache, kv in zip(self.decoder_layers, state.caches, state.cross, strict=True):
-            y, cache, self_w, cross_w = layer.step(y, cache, kv, return_weights)
+        for layer, cache, kv, heads in zip(self.decoder_layers, state.caches, state.cross,
+                                           self._decoder_head_masks(head_mask), strict=True):
+            y, cache, self_w, cross_w = layer.step(y, cache, kv, return_weights, heads)
             caches.append(cache)
             self_ws.append(None if self_w is None else self_w[:, :, 0])
             cross_ws.append(None if cross_w is None else cross_w[:, :, 0])
