@@ -184,8 +184,8 @@ def greedy_search(model, src, *, max_length: int, return_weights: bool = False,
     src = jnp.asarray(src, jnp.int32)
     batch, src_len = src.shape
     steps = _check_max_length(max_length)
-    memory, src_valid, enc_w = model.encode(src, return_weights=return_weights,
-                                            head_mask=head_mask)
+    masked = {} if head_mask is None else {"head_mask": head_mask}  # only models that mask
+    memory, src_valid, enc_w = model.encode(src, return_weights=return_weights, **masked)
     state = model.init_decode_state(memory, src_valid, steps)
     num_layers, num_heads = _decoder_dims(state)
     w_self, w_cross = _weight_buffers(return_weights, (num_layers, batch, num_heads, steps),
@@ -207,8 +207,8 @@ def greedy_search(model, src, *, max_length: int, return_weights: bool = False,
 
     def body(s: _GreedyState) -> _GreedyState:
         t, finished = s.t, s.finished
-        logits, state, w = model.decode_step(s.last, s.decode_state, return_weights=return_weights,
-                                             head_mask=head_mask)
+        logits, state, w = model.decode_step(s.last, s.decode_state,
+                                             return_weights=return_weights, **masked)
         lp = _log_probs(logits)
         token = jnp.argmax(lp, axis=-1).astype(jnp.int32)
         token_lp = jnp.take_along_axis(lp, token[:, None], axis=-1)[:, 0]
@@ -276,13 +276,13 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
     batch, src_len = src.shape
     k, steps = int(beam_size), _check_max_length(max_length)
     alpha = jnp.asarray(alpha, jnp.float32)
-    memory, src_valid, enc_w = model.encode(src, return_weights=return_weights,
-                                            head_mask=head_mask)
+    masked = {} if head_mask is None else {"head_mask": head_mask}  # only models that mask
+    memory, src_valid, enc_w = model.encode(src, return_weights=return_weights, **masked)
     state = model.init_decode_state(memory, src_valid, steps)  # cross K/V projected once per sentence
     state = jax.tree.map(lambda x: x if x.ndim == 0 else jnp.repeat(x, k, axis=0), state)
     if head_mask is not None:  # per-sentence masks [L, B, H] -> per beam [L, B*K, H]
-        head_mask = {kind: m if m.ndim == 2 else jnp.repeat(m, k, axis=1)
-                     for kind, m in head_mask.items()}
+        masked = {"head_mask": {kind: m if m.ndim == 2 else jnp.repeat(m, k, axis=1)
+                                for kind, m in head_mask.items()}}
     num_layers, num_heads = _decoder_dims(state)
     rows = jnp.arange(batch)[:, None]
     max_len_penalty = gnmt_penalty(steps, alpha)
@@ -310,8 +310,8 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
 
     def body(s: BeamState) -> BeamState:
         t, done = s.t, s.done
-        logits, state, w = model.decode_step(s.last, s.decode_state, return_weights=return_weights,
-                                             head_mask=head_mask)
+        logits, state, w = model.decode_step(s.last, s.decode_state,
+                                             return_weights=return_weights, **masked)
         lp = _log_probs(logits)
         vocab = lp.shape[-1]
         cand = (s.live_lp[:, :, None] + lp.reshape(batch, k, vocab)).reshape(batch, k * vocab)
