@@ -35,11 +35,12 @@ from models.search import SearchOutput, beam_search, max_target_length
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "beam_size", "max_length",
                                              "return_weights"))
-def _translate_jit(graphdef, state, src, length_penalty, *, beam_size, max_length,
+def _translate_jit(graphdef, state, src, length_penalty, head_mask, *, beam_size, max_length,
                    return_weights):
     model = nnx.merge(graphdef, state)
     return beam_search(model, src, beam_size=beam_size, length_penalty=length_penalty,
-                       max_length=max_length, return_weights=return_weights)
+                       max_length=max_length, return_weights=return_weights,
+                       head_mask=head_mask)
 
 
 def _static_max_length(src, max_length) -> int:
@@ -50,12 +51,17 @@ def _static_max_length(src, max_length) -> int:
 
 
 def translate_split(graphdef, state, src, *, beam_size: int = 1, length_penalty: float = 0.6,
-                    max_length: int | None = None, return_weights: bool = False) -> SearchOutput:
-    """`translate` for a model already split with `nnx.split` (graphdef, state)."""
+                    max_length: int | None = None, return_weights: bool = False,
+                    head_mask: dict | None = None) -> SearchOutput:
+    """`translate` for a model already split with `nnx.split` (graphdef, state).
+
+    head_mask: {kind: [L, H] or [L, B, H]} heads kept (1) or removed (0), traced (other
+    masks of the same shapes do not recompile); None decodes with every head.
+    """
     max_length = _static_max_length(src, max_length)
     return _translate_jit(
         graphdef, state, jnp.asarray(src, jnp.int32),
-        jnp.asarray(length_penalty, jnp.float32), beam_size=int(beam_size),
+        jnp.asarray(length_penalty, jnp.float32), head_mask, beam_size=int(beam_size),
         max_length=max_length, return_weights=bool(return_weights),
     )
 
