@@ -85,7 +85,7 @@ class _GreedyState(NamedTuple):
     tokens: jnp.ndarray  # int32 [B, T]: the output so far (pad after eos)
     lengths: jnp.ndarray  # int32 [B]: tokens generated, eos included
     log_probs: jnp.ndarray  # float32 [B]: their summed log-probability
-    finished: jnp.ndarray  # bool [B]: eos generated
+    done: jnp.ndarray  # bool [B]: eos generated
     decode_state: DecodeState  # the decoder's caches, B rows
     w_self: jnp.ndarray | None  # float32 [L, B, H, T, T]: row t written at step t; or None
     w_cross: jnp.ndarray | None  # float32 [L, B, H, T, S]: likewise; None without weights
@@ -167,6 +167,18 @@ def _weight_buffers(return_weights: bool, lead: tuple[int, ...], steps: int, src
     return (jnp.zeros((*lead, steps), jnp.float32), jnp.zeros((*lead, src_len), jnp.float32))
 
 
+def _running(steps: int):
+    """The while_loop condition of both searches: steps left and a sentence not done."""
+    return lambda s: (s.t < steps) & ~jnp.all(s.done)
+
+
+def _next_log_probs(model, s, return_weights: bool, masked: dict):
+    """One decoder step from search state `s`: (log-probs [rows, V], decode state, weights)."""
+    logits, state, w = model.decode_step(s.last, s.decode_state, return_weights=return_weights,
+                                         **masked)
+    return _log_probs(logits), state, w
+
+
 def greedy_search(model, src, *, max_length: int, return_weights: bool = False,
                   head_mask: dict | None = None) -> SearchOutput:
     """Greedy (argmax) decoding.
@@ -196,20 +208,15 @@ def greedy_search(model, src, *, max_length: int, return_weights: bool = False,
         tokens=jnp.zeros((batch, steps), jnp.int32),
         lengths=jnp.zeros((batch,), jnp.int32),
         log_probs=jnp.zeros((batch,), jnp.float32),
-        finished=jnp.zeros((batch,), bool),
+        done=jnp.zeros((batch,), bool),
         decode_state=state,
         w_self=w_self,
         w_cross=w_cross,
     )
 
-    def cond(s: _GreedyState):
-        return (s.t < steps) & ~jnp.all(s.finished)
-
     def body(s: _GreedyState) -> _GreedyState:
-        t, finished = s.t, s.finished
-        logits, state, w = model.decode_step(s.last, s.decode_state,
-                                             return_weights=return_weights, **masked)
-        lp = _log_probs(logits)
+        t, finished = s.t, s.done
+        lp, state, w = _next_log_probs(model, s, return_weights, masked)
         token = jnp.argmax(lp, axis=-1).astype(jnp.int32)
         token_lp = jnp.take_along_axis(lp, token[:, None], axis=-1)[:, 0]
         token = jnp.where(finished, PAD_ID, token)
@@ -219,13 +226,13 @@ def greedy_search(model, src, *, max_length: int, return_weights: bool = False,
             tokens=_write_row(s.tokens, token, t, axis=1),
             lengths=jnp.where(finished, s.lengths, t + 1),
             log_probs=s.log_probs + jnp.where(finished, 0.0, token_lp),
-            finished=finished | (token == EOS_ID),
+            done=finished | (token == EOS_ID),
             decode_state=state,
             w_self=_write_row(s.w_self, w["decoder_self"], t, axis=3) if return_weights else None,
             w_cross=_write_row(s.w_cross, w["cross"], t, axis=3) if return_weights else None,
         )
 
-    s = jax.lax.while_loop(cond, body, s)
+    s = jax.lax.while_loop(_running(steps), body, s)
     weights = None
     if return_weights:
         rows = (jnp.arange(steps)[None, :] < s.lengths[:, None])[None, :, None, :, None]
@@ -305,14 +312,9 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
         w_cross=w_cross,
     )
 
-    def cond(s: BeamState):
-        return (s.t < steps) & ~jnp.all(s.done)
-
     def body(s: BeamState) -> BeamState:
         t, done = s.t, s.done
-        logits, state, w = model.decode_step(s.last, s.decode_state,
-                                             return_weights=return_weights, **masked)
-        lp = _log_probs(logits)
+        lp, state, w = _next_log_probs(model, s, return_weights, masked)
         vocab = lp.shape[-1]
         cand = (s.live_lp[:, :, None] + lp.reshape(batch, k, vocab)).reshape(batch, k * vocab)
         # >= k of the best 2k do not end in eos. (The barrier keeps XLA from folding the
@@ -363,7 +365,7 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
             w_cross=_write_row(s.w_cross, w["cross"], t, axis=0) if return_weights else None,
         )
 
-    s = jax.lax.while_loop(cond, body, s)
+    s = jax.lax.while_loop(_running(steps), body, s)
 
     best = jnp.argmax(s.fin_score, axis=1)[:, None]
 
