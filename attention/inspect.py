@@ -1,17 +1,27 @@
-"""Inspect a saved attention map file (README, journey 3).
+"""Inspect saved attention map files (README, journey 3).
 
     python -m attention.inspect FILE.npz [--example I] [--kind cross|encoder_self|decoder_self]
-        [--layer L|mean] [--head H|mean] [--out fig.png] [--grid] [--html out.html]
+        [--layer L|mean] [--head H|mean] [--out fig.png] [--grid | --rollout]
+        [--html out.html [--heads_json heads.json]]
         [--align [--gold gold.talp] [--words] [--shift] [--layers 2,3] [--heads mean]
          [--keep-eos]]
+    python -m attention.inspect --html out.html [--heads_json heads.json] FILE.npz FILE.npz ...
 
 Without --out / --html / --align it writes `<stem>.ex<I>.<kind>.<layer>.<head>.png`
 beside FILE and prints its path. --grid draws all heads of --layer in one PNG.
---html writes the self-contained viewer of the whole file. --align prints one Pharaoh
-line (`i-j`, 0-indexed source-target) per example (or just --example); --gold scores
-them against the first N lines of a TALP file and prints `AER = x.xxxx (N sentences)`.
-Layers and heads are 0-indexed (negative counts from the end). With --align the paths
-of written files go to stderr so stdout holds only alignments.
+--rollout draws the attention rollout (attention/rollout.py) of the encoder
+self-attention instead, from the input up to --layer (default: all layers), heads
+averaged or --head alone; default name `<stem>.ex<I>.encoder_self.rollout.png`.
+--html writes the self-contained viewer of the whole file: every example / kind /
+layer / head, and a model view of all layers x heads; --heads_json adds the per-head
+figures of `python -m attention.heads` (importance, roles, a metric colouring the model
+view). Several FILEs (e.g. a run's `attention/valid_step*_teacher_forced.npz`) go to one
+--html viewer with a step slider, in step order; they need the same layers and heads.
+--align prints one Pharaoh line (`i-j`, 0-indexed source-target) per example (or just
+--example); --gold scores them against the first N lines of a TALP file and prints
+`AER = x.xxxx (N sentences)`. Layers and heads are 0-indexed (negative counts from the
+end). With --align the paths of written files go to stderr so stdout holds only
+alignments.
 
 Flags follow the absl convention of `configs/cli.py` (`--flag value` or `--flag=value`,
 `--noflag` for booleans, `--debug` for tracebacks). Bad input gives one `error: ...` line
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from absl import flags
@@ -33,11 +44,11 @@ from configs import cli
 from configs.errors import UserError
 
 FLAGS = flags.FLAGS
-USAGE = "usage: python -m attention.inspect FILE.npz [flags], see --help"
+USAGE = "usage: python -m attention.inspect FILE.npz [FILE.npz ...] [flags], see --help"
 # The flags of `define_flags`; each is the keyword argument of `run` with "-" as "_"
 # ("keep-eos" keeps the dash it always had: absl accepts it).
-RUN_FLAGS = ("example", "kind", "layer", "head", "out", "grid", "html", "align", "gold",
-             "words", "shift", "layers", "heads", "keep-eos")
+RUN_FLAGS = ("example", "kind", "layer", "head", "out", "grid", "rollout", "html", "heads_json",
+             "align", "gold", "words", "shift", "layers", "heads", "keep-eos")
 
 
 def define_flags() -> None:
@@ -50,7 +61,14 @@ def define_flags() -> None:
     flags.DEFINE_string("head", "mean", "Head index or 'mean'.")
     flags.DEFINE_string("out", None, "PNG path for the heatmap (or the head grid with --grid).")
     flags.DEFINE_bool("grid", False, "Plot all heads of --layer in a grid.")
-    flags.DEFINE_string("html", None, "Write the self-contained HTML viewer here.")
+    flags.DEFINE_bool("rollout", False, "Plot the attention rollout of the encoder "
+                      "self-attention up to --layer (default: all layers), heads averaged or "
+                      "--head alone.")
+    flags.DEFINE_string("html", None, "Write the self-contained HTML viewer here (of several "
+                        "FILEs: one viewer with a step slider).")
+    # Not --heads: that flag already picks the heads to average for --align.
+    flags.DEFINE_string("heads_json", None, "heads.json of python -m attention.heads: per-head "
+                        "importance, roles and metrics in the --html model view.")
     flags.DEFINE_bool("align", False, "Print Pharaoh alignments.")
     flags.DEFINE_string("gold", None, "TALP gold file (1-indexed i-j sure, ipj possible): "
                         "print AER.")
@@ -90,6 +108,35 @@ def _check_example(maps: AttentionMaps, example: int, name: str) -> None:
         raise UserError(f"--example {example} out of range: {name} has {n} examples (0..{n - 1})")
 
 
+def _load(path: Path) -> AttentionMaps:
+    """load_maps + validate_maps, the invariant's message prefixed with the file."""
+    maps = load_maps(path)
+    try:
+        validate_maps(maps)
+    except MapFormatError as e:  # its message names the array, not the file
+        raise MapFormatError(f"{path}: {e}") from None
+    return maps
+
+
+def _names(paths: list[Path]) -> list[str]:
+    """Labels of the files in the viewer: the file names, or the paths where names repeat."""
+    names = [p.name for p in paths]
+    return names if len(set(names)) == len(names) else [str(p) for p in paths]
+
+
+def _plot_rollout(maps: AttentionMaps, example: int, layer: int | str, head: int | str,
+                  out: str | os.PathLike) -> Path:
+    """Rollout of the encoder self-attention from the input up to `layer` ("mean": all)."""
+    from attention.rollout import plot_rollout, rollout
+
+    top = maps.num_layers("encoder_self") - 1 if layer == "mean" else int(layer)
+    matrix = rollout(maps.encoder_self[example, : top + 1], int(maps.source_lengths[example]),
+                     head=head)  # [S, S], the valid region
+    title = (f"attention rollout · encoder_self · layers 0..{top} · head {head}\n"
+             f"example {example} · {maps.decode} · step {maps.step}")
+    return plot_rollout(matrix, maps.key_tokens(example, "encoder_self"), out, title)
+
+
 def _read_gold(gold: str, needed: int) -> list:
     """The first `needed` sentences of a TALP file; UserError if unreadable or too short."""
     try:
@@ -102,17 +149,19 @@ def _read_gold(gold: str, needed: int) -> list:
     return links
 
 
-def run(file: str | os.PathLike, *, example: int | None = None, kind: str = "cross",
-        layer: str = "mean", head: str = "mean", out: str | None = None, grid: bool = False,
-        html: str | None = None, align: bool = False, gold: str | None = None,
+def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int | None = None,
+        kind: str = "cross", layer: str = "mean", head: str = "mean", out: str | None = None,
+        grid: bool = False, rollout: bool = False, html: str | None = None,
+        heads_json: str | None = None, align: bool = False, gold: str | None = None,
         words: bool = False, shift: bool = False, layers: str | None = None,
         heads: str | None = None, keep_eos: bool = False) -> list[str]:
     """The whole tool: validate everything, then write files; returns the stdout lines.
 
-    The keyword arguments are the flags (`keep_eos` is --keep-eos), with the same
-    defaults. The stdout lines are the written file paths, or with `align` one Pharaoh
-    line per example (plus the AER line with `gold`); with `align` the written paths go
-    to stderr instead.
+    `file` is one map file, or a list of them (several only with `html`: one viewer
+    with a step slider). The keyword arguments are the flags (`keep_eos` is
+    --keep-eos), with the same defaults. The stdout lines are the written file paths,
+    or with `align` one Pharaoh line per example (plus the AER line with `gold`); with
+    `align` the written paths go to stderr instead.
 
     Raises:
       UserError: bad input (MapFormatError included), found before any file is
@@ -124,15 +173,30 @@ def run(file: str | os.PathLike, *, example: int | None = None, kind: str = "cro
                                   ("--keep-eos", keep_eos)) if on]
     if align_only and not align:
         raise UserError(f"{align_only[0]} only applies with --align")
+    if heads_json and not html:
+        raise UserError("--heads_json only applies with --html")
+    if rollout and grid:
+        raise UserError("--rollout and --grid draw different figures: choose one")
     if kind not in KINDS:  # absl checks the flag; this is for Python callers
         raise UserError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    path = Path(file)
-    maps = load_maps(path)
-    try:
-        validate_maps(maps)
-    except MapFormatError as e:  # its message names the array, not the file
-        raise MapFormatError(f"{path}: {e}") from None
-    name = path.name
+    if rollout and kind == "decoder_self":
+        raise UserError("--rollout is for the encoder self-attention, not --kind decoder_self")
+    paths = [Path(file)] if isinstance(file, str | os.PathLike) else [Path(f) for f in file]
+    if not paths:
+        raise UserError(f"missing FILE ({USAGE})")
+    if len(paths) > 1:
+        if not html:
+            raise UserError(f"{len(paths)} map files given: several files only make sense with "
+                            "--html (one viewer with a step slider over them)")
+        single = [f for f, on in (("--out", out), ("--grid", grid), ("--rollout", rollout),
+                                  ("--align", align)) if on]
+        if single:
+            raise UserError(f"{single[0]} reads one FILE, got {len(paths)} (several files only "
+                            "go to --html)")
+    every = [_load(p) for p in paths]
+    path, maps, name = paths[0], every[0], paths[0].name
+    if rollout:  # --layer then counts encoder layers
+        kind = "encoder_self"
     n_layers, n_heads = maps.num_layers(kind), maps.num_heads
     layer_i = _one(layer, n_layers, "--layer", f"{kind} has {n_layers} layers")
     head_i = _one(head, n_heads, "--head", f"the model has {n_heads} heads")
@@ -157,13 +221,23 @@ def run(file: str | os.PathLike, *, example: int | None = None, kind: str = "cro
     # Imported only now: matplotlib is most of the start-up time, and bad input (the
     # common short run) is reported before it is needed.
     from attention.plotting import plot_head_grid, plot_heatmap, png_name
-    from attention.viewer import write_html
+    from attention.viewer import check_same_model, load_head_stats, write_html
 
     writers = []  # (flag, path, write): all input is checked before the first write
     if html:
-        writers.append(("--html", html,
-                        lambda p: write_html(maps, p, title=f"Attention maps: {name}")))
-    if out or grid or not (html or align):
+        names = _names(paths)
+        check_same_model(every, names)
+        stats = load_head_stats(heads_json, maps) if heads_json else None
+        steps = sorted(m.step for m in every)
+        title = (f"Attention maps: {name}" if len(every) == 1 else
+                 f"Attention maps: {len(every)} files, steps {steps[0]}..{steps[-1]}")
+        writers.append(("--html", html, lambda p: write_html(
+            every, p, title=title, names=names, head_stats=stats,
+            head_stats_name=Path(heads_json).name if heads_json else "")))
+    if rollout:
+        target = out or path.with_name(f"{path.stem}.ex{chosen}.encoder_self.rollout.png")
+        writers.append(("--out", target, lambda p: _plot_rollout(maps, chosen, layer_i, head_i, p)))
+    elif out or grid or not (html or align):
         if grid:
             target = out or path.with_name(f"{path.stem}.ex{chosen}.{kind}.{layer_i}.heads.png")
             writers.append(("--out", target,
@@ -188,12 +262,10 @@ def run(file: str | os.PathLike, *, example: int | None = None, kind: str = "cro
 
 
 def main(argv: list[str]) -> None:
-    """absl main: argv = [program, FILE]; prints `run`'s lines. Raises UserError."""
+    """absl main: argv = [program, FILE, ...]; prints `run`'s lines. Raises UserError."""
     if len(argv) < 2:
         raise UserError(f"missing FILE ({USAGE})")
-    if len(argv) > 2:
-        raise UserError(f"unexpected arguments: {' '.join(argv[2:])} ({USAGE})")
-    for line in run(argv[1], **{f.replace("-", "_"): FLAGS[f].value for f in RUN_FLAGS}):
+    for line in run(argv[1:], **{f.replace("-", "_"): FLAGS[f].value for f in RUN_FLAGS}):
         print(line)
 
 

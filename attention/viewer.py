@@ -1,176 +1,52 @@
-"""A self-contained HTML viewer for an attention map file.
+"""A self-contained HTML viewer for attention map files.
 
 `write_html(maps, "maps.html")` writes one file with the data embedded as JSON and a
-small hand-written script: no network access, no CDN, it works offline from disk.
-Select controls switch the example (`#example`), kind (`#kind`), layer (`#layer`,
-each or "mean") and head (`#head`, each or "mean"); the heatmap (`#heatmap`, an HTML
-table with token labels on both axes, one `td.cell` per query-key pair) shows the
-valid region only, and hovering a cell shows the query token, key token and weight
-in `#tooltip`. Weights are stored in thousandths (3 decimals) to keep files small;
-the layer / head means are computed in the page from those.
+small hand-written script (attention/viewer_page.html and viewer_page.js, inlined): no
+network access, no CDN, it works offline from disk. Controls:
+
+  #step     a slider over several map files of one run (one per validation step, in
+            step order; hidden for a single file); a new step keeps the example, kind,
+            layer and head, and shows that step's own tokens and maps;
+  #example, #kind, #layer (each or "mean"), #head (each or "mean");
+  #metric   with head figures (`head_stats`, from `python -m attention.heads`'s
+            heads.json): the per-head number that colours the model view's borders.
+
+`#model-view` draws every layer x head of the kind as small multiples (rows = layers,
+columns = heads; `.mv-cell` with data-layer / data-head, a caption with the head's
+importance and role); clicking one shows it in `#heatmap`, the large view: an HTML table
+with token labels on both axes, one `td.cell` per query-key pair of the valid region;
+hovering a cell shows the query token, key token and weight in `#tooltip`. Weights are
+stored in thousandths (3 decimals) to keep files small; the layer / head means are
+computed in the page from those.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
 import os
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from attention.mapfile import AttentionMaps
+from attention.mapfile import DECODE_MODES, KINDS, AttentionMaps
 from attention.plotting import AXIS_NAMES
+from configs.errors import UserError
 from configs.files import write_atomic
 
-_PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<link rel="icon" href="data:,">
-<title>__TITLE__</title>
-<style>
-body { font-family: system-ui, sans-serif; margin: 1.2em; color: #222; }
-#controls label { margin-right: 1em; }
-#meta { color: #555; margin: .5em 0 1em; }
-#heatmap { border-collapse: collapse; }
-#heatmap td.cell { width: 18px; height: 18px; padding: 0; border: 1px solid #fff; }
-#heatmap td.cell:hover { outline: 2px solid #e33; }
-#heatmap th { font-weight: normal; font-size: 12px; white-space: nowrap; padding: 0 4px; }
-#heatmap thead th { writing-mode: vertical-rl; transform: rotate(180deg); text-align: left;
-  padding: 4px 0; }
-#heatmap tbody th { text-align: right; }
-#heatmap th.hot { background: #fde2e2; }
-#tooltip { position: fixed; display: none; background: #222; color: #fff; padding: 4px 8px;
-  border-radius: 4px; font-size: 13px; pointer-events: none; white-space: nowrap; }
-#axes { color: #555; font-size: 13px; margin: .5em 0; }
-</style></head>
-<body>
-<h2>__TITLE__</h2>
-<div id="controls">
-<label>example <select id="example"></select></label>
-<label>kind <select id="kind"></select></label>
-<label>layer <select id="layer"></select></label>
-<label>head <select id="head"></select></label>
-</div>
-<div id="meta"></div>
-<div id="axes"></div>
-<table id="heatmap"></table>
-<div id="tooltip"></div>
-<script id="data" type="application/json">__DATA__</script>
-<script>
-"use strict";
-const DATA = JSON.parse(document.getElementById("data").textContent);
-const $ = (id) => document.getElementById(id);
-// Viridis, 9 stops, linearly interpolated.
-const STOPS = [[68,1,84],[71,44,122],[59,81,139],[44,113,142],[33,144,141],
-               [39,173,129],[92,200,99],[170,220,50],[253,231,37]];
-function color(x) {
-  const t = Math.min(Math.max(x, 0), 1) * (STOPS.length - 1);
-  const i = Math.min(Math.floor(t), STOPS.length - 2), f = t - i;
-  const c = STOPS[i].map((v, k) => Math.round(v + f * (STOPS[i + 1][k] - v)));
-  return "rgb(" + c.join(",") + ")";
-}
-function fill(select, values, labels, keep) {
-  const old = select.value;
-  select.textContent = "";
-  values.forEach((v, i) => {
-    const o = document.createElement("option");
-    o.value = v; o.textContent = labels[i]; select.appendChild(o);
-  });
-  if (keep && values.map(String).includes(old)) select.value = old;
-}
-function range(n) { return Array.from({length: n}, (_, i) => i); }
-function tokens(ex, kind) {
-  const q = kind === "encoder_self" ? ex.source : ex.target;
-  const k = kind === "decoder_self" ? ex.target : ex.source;
-  return [q, k];
-}
-// Mean over the selected layers and heads of the quantized maps, as floats.
-function matrix(ex, kind, layer, head) {
-  const maps = ex.maps[kind];
-  const layers = layer === "mean" ? range(maps.length) : [Number(layer)];
-  const heads = head === "mean" ? range(DATA.heads) : [Number(head)];
-  const out = new Float64Array(maps[0][0].length);
-  for (const l of layers) for (const h of heads) {
-    const m = maps[l][h];
-    for (let i = 0; i < m.length; i++) out[i] += m[i];
-  }
-  const scale = 1000 * layers.length * heads.length;
-  return out.map((v) => v / scale);
-}
-function render() {
-  const ex = DATA.examples[Number($("example").value)];
-  const kind = $("kind").value, layer = $("layer").value, head = $("head").value;
-  const [qs, ks] = tokens(ex, kind);
-  const m = matrix(ex, kind, layer, head);
-  const vmax = Math.max(1e-6, ...m);
-  const table = $("heatmap");
-  table.textContent = "";
-  const head_row = table.createTHead().insertRow();
-  head_row.appendChild(document.createElement("th"));
-  ks.forEach((k, j) => {
-    const th = document.createElement("th");
-    th.textContent = k; th.dataset.k = j; head_row.appendChild(th);
-  });
-  const body = table.createTBody();
-  qs.forEach((q, i) => {
-    const tr = body.insertRow();
-    const th = document.createElement("th");
-    th.textContent = q; th.dataset.q = i; tr.appendChild(th);
-    ks.forEach((k, j) => {
-      const td = tr.insertCell();
-      const w = m[i * ks.length + j];
-      td.className = "cell"; td.dataset.q = i; td.dataset.k = j;
-      td.dataset.w = w.toFixed(3);
-      td.style.background = color(w / vmax);
-    });
-  });
-  Object.assign(table.dataset, {example: $("example").value, kind: kind, layer: layer,
-                                head: head, rows: qs.length, cols: ks.length});
-  const names = DATA.axes[kind];
-  $("axes").textContent = "rows: " + names[0] + " \\u00b7 columns: " + names[1] +
-    " \\u00b7 colour scale 0 .. " + vmax.toFixed(3);
-}
-function onKind() {
-  const n = DATA.layers[$("kind").value];
-  fill($("layer"), ["mean", ...range(n)], ["mean", ...range(n).map(String)], true);
-  render();
-}
-function hover(ev) {
-  const td = ev.target.closest("td.cell");
-  const tip = $("tooltip");
-  document.querySelectorAll("#heatmap th.hot").forEach((th) => th.classList.remove("hot"));
-  if (!td) { tip.style.display = "none"; return; }
-  const ex = DATA.examples[Number($("example").value)];
-  const [qs, ks] = tokens(ex, $("kind").value);
-  const q = Number(td.dataset.q), k = Number(td.dataset.k);
-  tip.textContent = "query " + q + " \\u201c" + qs[q] + "\\u201d \\u2192 key " + k +
-    " \\u201c" + ks[k] + "\\u201d: " + td.dataset.w;
-  tip.style.left = (ev.clientX + 14) + "px";
-  tip.style.top = (ev.clientY + 14) + "px";
-  tip.style.display = "block";
-  document.querySelectorAll('#heatmap th[data-q="' + q + '"], #heatmap th[data-k="' + k + '"]')
-    .forEach((th) => th.classList.add("hot"));
-}
-fill($("example"), range(DATA.examples.length),
-     DATA.examples.map((ex, i) => i + ": " + ex.source.join(" ").slice(0, 60)), false);
-fill($("kind"), DATA.kinds, DATA.kinds, false);
-fill($("head"), ["mean", ...range(DATA.heads)], ["mean", ...range(DATA.heads).map(String)], false);
-$("meta").textContent = DATA.examples.length + " examples \\u00b7 decode: " + DATA.decode +
-  " \\u00b7 step " + DATA.step + " \\u00b7 layers and heads are 0-indexed; the target axis " +
-  "is the decoder input (<s> first): row t predicts token t+1";
-$("example").addEventListener("change", render);
-$("kind").addEventListener("change", onKind);
-$("layer").addEventListener("change", render);
-$("head").addEventListener("change", render);
-$("heatmap").addEventListener("mousemove", hover);
-$("heatmap").addEventListener("mouseleave", () => { $("tooltip").style.display = "none"; });
-onKind();
-</script>
-</body></html>
-"""
+PAGE = Path(__file__).with_name("viewer_page.html")
+SCRIPT = Path(__file__).with_name("viewer_page.js")
+# The metrics of attention/heads.py in the order the page offers them; any other
+# [layers][heads] grid of a heads file follows, alphabetically.
+HEAD_METRICS = ("importance", "importance_bleu", "importance_grad", "confidence", "entropy",
+                "previous", "same", "next", "eos", "punctuation", "rare", "gold_agreement")
+
 
 def viewer_data(maps: AttentionMaps) -> dict:
-    """The JSON-able payload of the page: tokens and quantized valid regions.
+    """The JSON-able payload of one map file: tokens and quantized valid regions.
 
     Each map is stored as examples[i]["maps"][kind][layer][head] = a flat row-major list
     of Q*K integers, the weights in thousandths.
@@ -197,18 +73,140 @@ def viewer_data(maps: AttentionMaps) -> dict:
     }
 
 
-def render_html(maps: AttentionMaps, title: str = "Attention maps") -> str:
-    """The complete HTML document as a string."""
-    payload = json.dumps(viewer_data(maps), ensure_ascii=False, separators=(",", ":"))
+def _number(value) -> float | None:
+    """A JSON number as a finite float, else None (JSON.parse refuses NaN and Infinity)."""
+    if value is None or isinstance(value, bool):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _is_grid(value) -> bool:
+    """A non-empty list of non-empty lists of numbers or nulls: per-head figures."""
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(row, list) and row for row in value)
+            and all(v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+                    for row in value for v in row))
+
+
+def head_stats_from(tree: Mapping, layers: Mapping[str, int], heads: int,
+                    name: str = "heads file") -> dict[str, dict[str, list]]:
+    """The per-head figures of a heads.json object, for the page.
+
+    Args:
+      tree: the parsed heads.json: {kind: {metric: [L][H] numbers or null}, ...}; other
+        top-level keys (pruning_curve, ...) and values that are no [L][H] grid (null,
+        scalars, summaries) are skipped, so are kinds it lacks.
+      layers: {kind: L} of the maps; heads: H.
+    Returns:
+      {kind: {metric: [L][H] float or None}}, metrics in HEAD_METRICS order.
+    Raises:
+      UserError: a grid whose shape is not the maps' [L][H] (another model's figures),
+        or no grid at all.
+    """
+    out = {}
+    for kind in KINDS:
+        metrics = tree.get(kind)
+        if not isinstance(metrics, Mapping):
+            continue
+        grids = {}
+        for metric, grid in metrics.items():
+            if not _is_grid(grid):
+                continue
+            if len(grid) != layers[kind] or any(len(row) != heads for row in grid):
+                raise UserError(f"{name}: {kind} {metric} is {len(grid)} x {len(grid[0])} "
+                                f"(layers x heads) but the maps have {layers[kind]} x {heads}: "
+                                "figures of another model?")
+            grids[str(metric)] = [[_number(v) for v in row] for row in grid]
+        rank = {m: i for i, m in enumerate(HEAD_METRICS)}
+        out[kind] = dict(sorted(grids.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+    if not any(out.values()):
+        raise UserError(f"{name}: no per-head figures ([layers][heads] numbers under "
+                        f"{', '.join(KINDS)}); expected the heads.json of python -m attention.heads")
+    return out
+
+
+def load_head_stats(path: str | os.PathLike, maps: AttentionMaps) -> dict[str, dict[str, list]]:
+    """Read a heads.json for `maps` (see `head_stats_from`); UserError if it is unreadable,
+    not JSON, not an object or of another model."""
+    try:
+        tree = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: invalid JSON ({e})") from None
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror or e}") from None
+    if not isinstance(tree, dict):
+        raise UserError(f"{path}: a JSON {type(tree).__name__}, expected the object of "
+                        "python -m attention.heads")
+    layers = {kind: maps.num_layers(kind) for kind in KINDS}
+    return head_stats_from(tree, layers, maps.num_heads, name=str(path))
+
+
+def check_same_model(maps: Sequence[AttentionMaps], names: Sequence[str]) -> None:
+    """UserError unless all maps have the first one's layers and heads of every kind (one
+    slider over steps of one run; examples and tokens may differ)."""
+    def dims(m: AttentionMaps) -> str:
+        return ", ".join(f"{k} {m.num_layers(k)}" for k in KINDS) + f" layers, {m.num_heads} heads"
+
+    for m, name in zip(maps[1:], names[1:], strict=True):
+        if dims(m) != dims(maps[0]):
+            raise UserError(f"{name} has {dims(m)} but {names[0]} has {dims(maps[0])}: "
+                            "the files of one viewer must come from one model")
+
+
+def page_data(maps: Sequence[AttentionMaps], names: Sequence[str],
+              head_stats: Mapping | None = None, head_stats_name: str = "") -> dict:
+    """The JSON-able payload of the page: one entry of `steps` per map file, in order of
+    (step, decode mode, given order), each {"step", "decode", "file", "examples"} with the
+    examples of `viewer_data`; `head_stats` as returned by `head_stats_from` (or None)."""
+    if not maps or len(maps) != len(names):
+        raise ValueError(f"{len(maps)} maps but {len(names)} names")
+    check_same_model(maps, names)
+    order = sorted(range(len(maps)),
+                   key=lambda i: (maps[i].step, DECODE_MODES.index(maps[i].decode), i))
+    steps = []
+    for i in order:
+        data = viewer_data(maps[i])
+        steps.append({"step": data.pop("step"), "decode": data.pop("decode"),
+                      "file": str(names[i]), "examples": data.pop("examples")})
+    # What is left of viewer_data (kinds, layers, heads, axes) is the same for every file.
+    return {**data, "steps": steps, "head_stats": None if head_stats is None else dict(head_stats),
+            "head_stats_file": head_stats_name}
+
+
+def render_html(maps: AttentionMaps | Sequence[AttentionMaps], title: str = "Attention maps", *,
+                names: Sequence[str] | None = None, head_stats: Mapping | None = None,
+                head_stats_name: str = "") -> str:
+    """The complete HTML document as a string.
+
+    Args:
+      maps: one file's maps, or several (a step slider; the same model, see page_data).
+      names: a label per maps (the file names); default "step N".
+      head_stats: per-head figures from `load_head_stats` / `head_stats_from`, or None;
+        head_stats_name: where they came from, shown in the page.
+    """
+    many = [maps] if isinstance(maps, AttentionMaps) else list(maps)
+    names = list(names) if names is not None else [f"step {m.step}" for m in many]
+    payload = json.dumps(page_data(many, names, head_stats, head_stats_name),
+                         ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     # Inside <script> only "</" could end the element early; \u003c keeps JSON valid.
     payload = payload.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace(
         "\u2029", "\\u2029")
-    before, after = _PAGE.split("__DATA__")
-    title = html.escape(title)
-    return before.replace("__TITLE__", title) + payload + after
+    script = SCRIPT.read_text(encoding="utf-8")
+    if "</script" in script.lower():  # would end the inline script element early
+        raise ValueError(f"{SCRIPT} must not contain '</script'")
+    parts = {"TITLE": html.escape(title), "DATA": payload, "SCRIPT": script}
+    # One pass: text put in (a title, a token) is never scanned for placeholders again.
+    return re.sub(r"__(TITLE|DATA|SCRIPT)__", lambda m: parts[m.group(1)],
+                  PAGE.read_text(encoding="utf-8"))
 
 
-def write_html(maps: AttentionMaps, out_path: str | os.PathLike,
-               title: str = "Attention maps") -> Path:
-    """Write the viewer for `maps` to `out_path` atomically (UTF-8); returns the path."""
-    return write_atomic(out_path, render_html(maps, title))
+def write_html(maps: AttentionMaps | Sequence[AttentionMaps], out_path: str | os.PathLike,
+               title: str = "Attention maps", **options) -> Path:
+    """Write the viewer for `maps` (one or several, see render_html, which takes the
+    keyword `options`) to `out_path` atomically (UTF-8); returns the path."""
+    return write_atomic(out_path, render_html(maps, title, **options))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,7 @@ from attention.plotting import (
     plot_heatmap,
     preview_pngs,
 )
-from attention.viewer import render_html, viewer_data
+from attention.viewer import page_data, render_html, viewer_data
 from configs.errors import UserError
 
 
@@ -32,6 +33,27 @@ def png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     return struct.unpack(">II", data[16:24])
+
+
+def page_payload(html: str) -> dict:
+    """The JSON payload embedded in a viewer page."""
+    match = re.search(r'<script id="data" type="application/json">(.*?)</script>', html, re.S)
+    return json.loads(match.group(1))
+
+
+def heads_json(path: Path, maps, **extra) -> Path:
+    """A small heads.json of `python -m attention.heads`'s shape for `maps`."""
+    def grid(kind: str, base: float) -> list:
+        return [[base + layer / 10 + head / 100 for head in range(maps.num_heads)]
+                for layer in range(maps.num_layers(kind))]
+
+    tree = {kind: {"importance": grid(kind, 0.1), "entropy": grid(kind, 1.0),
+                   "previous": None if kind == "cross" else grid(kind, 0.3)}
+            for kind in ("encoder_self", "decoder_self", "cross")}
+    tree["pruning_curve"] = [{"heads_removed": 0, "bleu": 30.0}]
+    tree.update(extra)
+    path.write_text(json.dumps(tree))
+    return path
 
 
 def run_cli(*argvs: list[str]) -> list:
@@ -102,6 +124,78 @@ def test_html_is_self_contained_and_quantized():
     assert data["layers"] == {"cross": 3, "encoder_self": 2, "decoder_self": 3}
 
 
+def test_several_files_one_viewer_in_step_order(tmp_path):
+    steps = {2000: make_maps(heads=3, seed=2, step=2000), 500: make_maps(heads=3, seed=0, step=500),
+             1000: make_maps(src_lens=(2, 6), tgt_lens=(3, 3), heads=3, seed=1, step=1000)}
+    files = [save_maps(tmp_path / f"valid_step{s:07d}_teacher_forced.npz", m)
+             for s, m in steps.items()]
+    html = tmp_path / "view.html"
+    assert run(files, html=str(html)) == [str(html)]
+    page = html.read_text(encoding="utf-8")
+    assert "<title>Attention maps: 3 files, steps 500..2000</title>" in page
+    data = page_payload(page)
+    assert [s["step"] for s in data["steps"]] == [500, 1000, 2000]
+    assert [s["file"] for s in data["steps"]] == [f.name for f in sorted(files)]
+    assert data["head_stats"] is None and data["heads"] == 3
+    # Each step keeps its own examples and tokens (step 1000 has 2 other sentences).
+    assert [len(s["examples"]) for s in data["steps"]] == [3, 2, 3]
+    assert data["steps"][1]["examples"][0]["source"] == ["▁Ein", "</s>"]
+    cross = data["steps"][2]["examples"][1]["maps"]["cross"]
+    assert cross[2][1][4] == round(float(steps[2000].cross[1, 2, 1, 1, 1]) * 1000)
+    # One file keeps today's single-step page.
+    one = page_data([steps[500]], ["a.npz"])
+    assert len(one["steps"]) == 1 and one["steps"][0]["file"] == "a.npz"
+
+
+def test_several_files_must_share_the_model(tmp_path):
+    a = save_maps(tmp_path / "a.npz", make_maps(heads=3))
+    b = save_maps(tmp_path / "b.npz", make_maps(heads=2, step=5))
+    with pytest.raises(UserError, match=r"b.npz has .* 2 heads but a.npz has .* 3 heads"):
+        run([a, b], html=str(tmp_path / "v.html"))
+    with pytest.raises(UserError, match="several files only make sense with --html"):
+        run([a, a])
+    with pytest.raises(UserError, match="--rollout reads one FILE, got 2"):
+        run([a, a], html=str(tmp_path / "v.html"), rollout=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz", "b.npz"]
+
+
+def test_heads_json_is_embedded_per_kind(map_file, tmp_path):
+    maps = load_maps(map_file)
+    stats = heads_json(tmp_path / "heads.json", maps, seconds=3.5)
+    tree = json.loads(stats.read_text())
+    tree["cross"]["zeta"] = [[float("nan"), None, 1], [1, 2, 3], [4, 5, 6]]  # NaN -> null
+    tree["cross"]["summary"] = {"mean": 1.0}  # not a per-head grid: skipped
+    tree["decoder_self"]["entropy_mean"] = 0.5
+    stats.write_text(json.dumps(tree))
+    html = tmp_path / "view.html"
+    run(map_file, html=str(html), heads_json=str(stats))
+    data = page_payload(html.read_text(encoding="utf-8"))
+    assert data["head_stats_file"] == "heads.json"
+    hs = data["head_stats"]
+    assert list(hs["encoder_self"]) == ["importance", "entropy", "previous"]
+    assert list(hs["cross"]) == ["importance", "entropy", "zeta"]  # previous is null there
+    assert hs["cross"]["zeta"][0] == [None, None, 1.0]
+    assert hs["decoder_self"]["importance"][2][1] == pytest.approx(0.1 + 0.2 + 0.01)
+    wrong = heads_json(tmp_path / "other.json", make_maps(heads=2))
+    with pytest.raises(UserError, match=r"other.json: encoder_self importance is 2 x 2 .* "
+                                        r"2 x 3: figures of another model"):
+        run(map_file, html=str(html), heads_json=str(wrong))
+    (tmp_path / "empty.json").write_text('{"cross": {"importance": null}}')
+    with pytest.raises(UserError, match="no per-head figures"):
+        run(map_file, html=str(html), heads_json=str(tmp_path / "empty.json"))
+
+
+def test_rollout_png(map_file, tmp_path):
+    expected = map_file.with_name("step_100.ex0.encoder_self.rollout.png")
+    assert run(map_file, rollout=True) == [str(expected)]
+    assert png_size(expected)[0] > 200
+    out = tmp_path / "r.png"
+    assert run(map_file, rollout=True, example=2, layer="0", head="1", out=str(out)) == [str(out)]
+    png_size(out)
+    with pytest.raises(UserError, match=r"--layer 2 out of range: encoder_self has 2 layers"):
+        run(map_file, rollout=True, layer="2")
+
+
 def test_default_png_beside_the_file(map_file):
     expected = map_file.with_name("step_100.ex0.cross.mean.mean.png")
     assert run(map_file) == [str(expected)]
@@ -163,6 +257,8 @@ def _bad_inputs(tmp_path: Path, map_file: Path) -> dict[str, list[str]]:
     (tmp_path / "malformed.talp").write_text("1-1\n2-2 x-y\n3-3\n")
     out = ["--out", str(tmp_path / "o.png"), "--html", str(tmp_path / "o.html")]
     f = str(map_file)
+    stats = str(heads_json(tmp_path / "heads.json", make_maps(heads=2)))  # another model's
+    (tmp_path / "list.json").write_text("[1, 2]\n")
     return {
         "missing file": [str(tmp_path / "absent.npz"), *out],
         "not an npz": [str(tmp_path / "text.npz"), *out],
@@ -183,11 +279,24 @@ def _bad_inputs(tmp_path: Path, map_file: Path) -> dict[str, list[str]]:
         "gold malformed": [f, "--align", "--gold", str(tmp_path / "malformed.talp"), *out],
         "words without align": [f, "--words", *out],
         "align layers": [f, "--align", "--layers", "0,7", *out],
+        "several without --html": [f, f],
+        "several with --out": [f, f, *out],
+        "several, another model": [f, str(tmp_path / "maps" / "two_heads.npz"), "--html",
+                                   str(tmp_path / "o.html")],
+        "heads_json without --html": [f, "--heads_json", stats, "--out", str(tmp_path / "o.png")],
+        "heads_json other model": [f, "--heads_json", stats, *out],
+        "heads_json missing": [f, "--heads_json", str(tmp_path / "absent.json"), *out],
+        "heads_json not json": [f, "--heads_json", str(tmp_path / "short.talp"), *out],
+        "heads_json a list": [f, "--heads_json", str(tmp_path / "list.json"), *out],
+        "rollout and grid": [f, "--rollout", "--grid", *out],
+        "rollout decoder": [f, "--rollout", "--kind", "decoder_self", *out],
+        "rollout layer": [f, "--rollout", "--layer", "2", *out],
     }
 
 
 def test_bad_inputs_one_line_exit_2_no_files(tmp_path):
     map_file = save_maps(tmp_path / "maps" / "m.npz", make_maps(heads=3))
+    save_maps(tmp_path / "maps" / "two_heads.npz", make_maps(heads=2))
     cases = _bad_inputs(tmp_path, map_file)
     before = sorted(tmp_path.rglob("*"))
     results = dict(zip(cases, run_cli(*cases.values()), strict=True))
@@ -197,6 +306,9 @@ def test_bad_inputs_one_line_exit_2_no_files(tmp_path):
         assert re.fullmatch(r"error: [^\n]+\n", result.stderr), (name, result.stderr)
     assert sorted(tmp_path.rglob("*")) == before
     assert "malformed.talp:2: not a 1-indexed TALP link: 'x-y'" in results["gold malformed"].stderr
+    assert results["several without --html"].stderr == (
+        "error: 2 map files given: several files only make sense with --html (one viewer with "
+        "a step slider over them)\n")
 
 
 def test_module_entry_point_subprocess(tmp_path, map_file):
@@ -204,7 +316,9 @@ def test_module_entry_point_subprocess(tmp_path, map_file):
     maps, chosen = gold_peaked_maps()
     gold_maps = save_maps(tmp_path / "gold.npz", maps)
     out, html = tmp_path / "fig.png", tmp_path / "view.html"
-    png, grid, align, gold, bad = run_cli(
+    later = save_maps(tmp_path / "step_2000.npz", make_maps(heads=3, seed=5, step=2000))
+    steps_html = tmp_path / "steps.html"
+    png, grid, align, gold, bad, slider, rolled = run_cli(
         [str(map_file), "--example", "2", "--kind", "decoder_self", "--layer", "-1",
          "--head", "1"],
         [str(map_file), "--out", str(out), "--html", str(html), "--grid"],
@@ -212,8 +326,10 @@ def test_module_entry_point_subprocess(tmp_path, map_file):
          str(tmp_path / "align.html")],
         [str(gold_maps), "--align", "--words", "--keep-eos", "--gold",
          str(FIXTURES / "rwth_de_en.head10.talp")],
-        [str(map_file), "--head", "9", "--out", str(tmp_path / "x.png")])
-    for result in (png, grid, align, gold):
+        [str(map_file), "--head", "9", "--out", str(tmp_path / "x.png")],
+        [str(later), str(map_file), "--html", str(steps_html)],
+        [str(map_file), "--rollout", "--example", "1", "--out", str(tmp_path / "roll.png")])
+    for result in (png, grid, align, gold, slider, rolled):
         assert result.returncode == 0, result.stderr
     assert png.stdout == f"{map_file.with_name('step_100.ex2.decoder_self.2.1.png')}\n"
     assert grid.stdout.split() == [str(html), str(out)] and png_size(out)[0] > 400
@@ -227,3 +343,9 @@ def test_module_entry_point_subprocess(tmp_path, map_file):
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == "error: --head 9 out of range: the model has 3 heads (0..2) or 'mean'\n"
     assert not (tmp_path / "x.png").exists()
+    assert slider.stdout == f"{steps_html}\n"
+    data = page_payload(steps_html.read_text(encoding="utf-8"))
+    # The given order does not count: map_file (named step_100) holds step 1200.
+    assert [(s["step"], s["file"]) for s in data["steps"]] == [(1200, "step_100.npz"),
+                                                               (2000, "step_2000.npz")]
+    assert rolled.stdout == f"{tmp_path / 'roll.png'}\n" and png_size(tmp_path / "roll.png")[0] > 200
