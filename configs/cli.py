@@ -14,9 +14,10 @@ Usage in an entry point:
 
 Every user error, whether raised while absl parses the flags (unknown config
 key, wrong value type, missing or broken config file) or inside `main`
-(`UserError`, `DataError`, a missing file), ends as ONE line on stderr,
+(`UserError`, `DataError`, or an OSError on a user's path: missing, read-only, a
+file where a folder should be, a full disk), ends as ONE line on stderr,
 `error: <message>`, with exit code 2. `--debug` or ATTNMT_DEBUG=1 shows the
-traceback instead.
+traceback instead. Any other exception is a bug and keeps its traceback.
 
 What absl + ml_collections do on their own: a wrong type prints
 "FATAL Flags parsing error: ..." plus a help hint (exit 1); an unknown key
@@ -26,6 +27,7 @@ raises OSError on first use. `parse_flags` and `resolve_config` fix all three.
 """
 
 import difflib
+import errno
 import functools
 import json
 import os
@@ -43,16 +45,33 @@ from ml_collections import config_flags
 from ml_collections.config_flags import config_flags as config_flags_lib
 from ml_collections.config_flags import config_path
 
-from configs.base import DATASETS
+from configs.base import DATASETS, get_config
 from configs.errors import UserError
 from configs.files import write_atomic
 from configs.model import ModelConfig
 
 DEBUG_ENV = "ATTNMT_DEBUG"
 CONFIG_JSON = "config.json"
-# Exceptions that are the user's doing, reported without a traceback.
-USER_ERRORS = (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
-               PermissionError)
+# Exceptions that are the user's doing, reported without a traceback. An OSError is
+# the user's too when it names a path (see `user_error_message`).
+USER_ERRORS = (UserError,)
+# OSErrors raised by hand with only a message for the user (no errno, no path), e.g.
+# attention.mapfile.load_maps's FileNotFoundError("x.npz: no such file"): their message.
+_MESSAGE_ONLY_OS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError,
+                           PermissionError)
+# What an OSError on a path means, in words, by errno ({path}: the path as given).
+_OS_ERROR_WORDS = {
+    errno.ENOENT: "no such file or folder: {path}",
+    errno.ENOTDIR: "{path}: a part of this path is a file, not a folder",
+    errno.EISDIR: "{path} is a folder, not a file", errno.EEXIST: "{path} already exists",
+    errno.EACCES: "permission denied: {path}", errno.EPERM: "permission denied: {path}",
+    errno.EROFS: "cannot write {path}: read-only file system",
+    errno.ENOSPC: "no space left on device: {path}",
+    errno.EDQUOT: "disk quota exceeded: {path}", errno.EFBIG: "file too large: {path}",
+    errno.ENAMETOOLONG: "file name too long: {path}",
+    errno.ELOOP: "too many levels of symbolic links: {path}",
+    errno.EIO: "input/output error (a failing disk or network file system?): {path}",
+}
 
 if "debug" not in flags.FLAGS:
     flags.DEFINE_bool("debug", False, "Show full tracebacks for user errors.")
@@ -237,25 +256,61 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                             tgt_vocab_size=data.vocab_size)
 
 
+def describe_os_error(error: OSError) -> str:
+    """One line in words for an OSError on a path, e.g. "cannot write runs/x/eval/a.json:
+    read-only file system" or "runs/x/a/b: a part of this path is a file, not a folder"."""
+    path = os.fsdecode(error.filename) if error.filename is not None else "?"
+    code = error.errno
+    if code == errno.EEXIST and Path(path).exists() and not Path(path).is_dir():
+        # attnmt creates files with mkstemp (which retries a taken name), so a path that
+        # exists is a folder it wanted to create: a file is in the way.
+        return f"{path} is a file, not a folder"
+    if error.filename2 is not None:  # rename, link: both paths
+        path = f"{path} (to {os.fsdecode(error.filename2)})"
+    if code in _OS_ERROR_WORDS:
+        return _OS_ERROR_WORDS[code].format(path=path)
+    reason = (error.strerror or os.strerror(code) if code is not None else str(error)).lower()
+    return f"{path}: {reason}"
+
+
+def user_error_message(error: BaseException) -> str | None:
+    """The one-line message of a user error, or None for a bug (which keeps its traceback).
+
+    User errors: `UserError` (DataError, MapFormatError, ... included); an OSError that
+    names a path (the user's input or output: missing, read-only, not a folder, full
+    disk), described by `describe_os_error`; a message-only FileNotFoundError (and kin)
+    raised by hand for the user. An OSError without a path stays a bug.
+    """
+    if isinstance(error, USER_ERRORS):
+        return str(error) or type(error).__name__
+    if isinstance(error, OSError):
+        if error.errno is not None and isinstance(error.filename, (str, bytes, os.PathLike)):
+            return describe_os_error(error)
+        if error.errno is None and isinstance(error, _MESSAGE_ONLY_OS_ERRORS) and str(error):
+            return str(error)
+    return None
+
+
 def main_guard(main: Callable[[list[str]], Any]) -> Callable[[list[str]], Any]:
     """Decorates an absl `main(argv)`: user errors -> `error: <message>`, exit 2.
 
-    Catches UserError (DataError included) and missing/unreadable files; other
-    exceptions are bugs and keep their traceback. Ctrl-C exits with code 130
-    and one line (the caller saves its state before re-raising KeyboardInterrupt).
+    `user_error_message` decides what is the user's error; other exceptions are bugs
+    and keep their traceback. Ctrl-C exits with code 130 and one line (the caller
+    saves its state before re-raising KeyboardInterrupt).
     """
     @functools.wraps(main)
     def guarded(argv: list[str]) -> Any:
         try:
             return main(argv)
-        except USER_ERRORS as e:
-            if debug_enabled():
-                raise
-            fail(str(e) or type(e).__name__)
         except KeyboardInterrupt:
             if debug_enabled():
                 raise
             fail("interrupted", code=130)
+        except Exception as e:  # noqa: BLE001 - sorted by user_error_message, bugs re-raised
+            message = user_error_message(e)
+            if message is None or debug_enabled():
+                raise
+            fail(message)
 
     return guarded
 
@@ -279,15 +334,29 @@ def load_config_json(workdir: str | Path) -> ml_collections.ConfigDict:
     """Reads `<workdir>/config.json` back into a ConfigDict (tuples come back as lists).
 
     Raises:
-      UserError: the file is missing or not valid JSON.
+      UserError: the file is missing, not UTF-8, not valid JSON, or not a config
+        (a JSON object whose groups, data and model at least, are objects).
     """
     path = Path(workdir) / CONFIG_JSON
     if not path.is_file():
         raise UserError(f"{path} not found: {workdir} is not a training workdir")
     try:
-        return ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
+        tree = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: invalid JSON ({e})") from None
+    # Valid JSON of another shape would fail later as an AttributeError deep inside.
+    groups = [k for k, v in get_config().items() if isinstance(v, ml_collections.ConfigDict)]
+    if not isinstance(tree, dict):
+        raise UserError(f"{path}: not a training config (a JSON {type(tree).__name__}, "
+                        "expected an object)")
+    bad = [g for g in groups if (g in ("data", "model") or g in tree)
+           and not isinstance(tree.get(g), dict)]
+    if bad:
+        raise UserError(f"{path}: not a training config (no group {', '.join(bad)}); "
+                        f"{workdir} is damaged or not a training workdir")
+    return ml_collections.ConfigDict(tree)
 
 
 def flatten_config(config: ml_collections.ConfigDict | dict) -> dict[str, Any]:

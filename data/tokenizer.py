@@ -25,8 +25,7 @@ import hashlib
 import io
 import json
 import os
-import shutil
-import tempfile
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import ml_collections
 import numpy as np
 import sentencepiece as spm
 
+from configs.files import temp_folder
 from data.corpora import DataError, read_lines
 
 # The special token ids, the same in every vocabulary; the one place they are defined.
@@ -46,25 +46,50 @@ JOINT_MODEL, SOURCE_MODEL, TARGET_MODEL = "spm", "spm_src", "spm_tgt"
 META_FILE = "tokenizer.json"
 
 
-def train_tokenizer(texts_or_files: Sequence[str | Path], model_prefix: Path, vocab_size: int,
-                    model_type: str = "unigram", character_coverage: float = 1.0,
-                    max_sentences: int = 300_000, seed: int = 0) -> Path:
-    """Trains one SentencePiece model with pad/unk/bos/eos = 0/1/2/3.
+# SentencePiece's training failures (a RuntimeError whose text ends with its reason),
+# in words naming the config key at fault; the reason follows.
+_SPM_FAILURES = {
+    "Vocabulary size too high": "data.vocab_size={vocab_size} is too large for the tokenizer "
+                                "training text",
+    "smaller than required_chars": "data.vocab_size={vocab_size} is too small for the "
+                                   "characters of the tokenizer training text",
+    "character_coverage": "data.character_coverage={character_coverage} is out of range",
+}
+
+
+def _training_error(error: RuntimeError, **settings) -> DataError:
+    """A SentencePiece training RuntimeError as one line: the config keys and the reason.
+
+    Its text is "INTERNAL: file.cc(N) [failed check] reason"; the reason is its last line
+    after the check (the check itself when SentencePiece gives no words).
+    """
+    text = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+    parts = re.fullmatch(r"(?:\w+: )?\S+\(\d+\) \[(.*)\]\s*(.*)", text)
+    reason = (parts.group(2) or f"failed check {parts.group(1)}") if parts else text
+    what = next((m for key, m in _SPM_FAILURES.items() if key in text),
+                "cannot train the tokenizer with data.vocab_size={vocab_size}, "
+                "data.spm_model_type={model_type!r}, data.character_coverage={character_coverage}")
+    return DataError(f"{what.format(**settings)}: {reason}")
+
+
+def train_model(texts_or_files: Sequence[str | Path], vocab_size: int,
+                model_type: str = "unigram", character_coverage: float = 1.0,
+                max_sentences: int = 300_000, seed: int = 0) -> bytes:
+    """Trains one SentencePiece model with pad/unk/bos/eos = 0/1/2/3; returns its bytes
+    (the content of a `.model` file). Writes nothing.
 
     Args:
       texts_or_files: sentences (str) and/or text files (Path, plain or gzip,
         one sentence a line), all pooled; empty lines are ignored.
-      model_prefix: writes `<model_prefix>.model` and `<model_prefix>.vocab`.
       vocab_size: exact vocabulary size, special ids included.
       model_type: "unigram" or "bpe".
       character_coverage: fraction of characters covered by the vocabulary.
       max_sentences: train on a seeded random sample of at most this many.
       seed: seed of the sample and of SentencePiece's random generator.
-    Returns:
-      Path of the `.model` file.
     Raises:
-      DataError: no text, unknown model type, or a vocabulary larger than the
-        text supports (SentencePiece's limit is in the message).
+      DataError: no text, unknown model type, or settings SentencePiece refuses for this
+        text (a vocabulary too large or too small, ...), naming the config key and
+        SentencePiece's reason.
     """
     if model_type not in ("unigram", "bpe"):
         raise DataError(f"data.spm_model_type must be 'unigram' or 'bpe', got {model_type!r}")
@@ -91,20 +116,31 @@ def train_tokenizer(texts_or_files: Sequence[str | Path], model_prefix: Path, vo
             pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
             input_sentence_size=0, shuffle_input_sentence=False,
             num_threads=SPM_NUM_THREADS, minloglevel=2)
-    except RuntimeError as e:
-        message = str(e).strip().splitlines()[-1]
-        if "Vocabulary size too high" in message:
-            raise DataError(f"data.vocab_size={vocab_size} is too large for the tokenizer "
-                            f"training text: {message.split('] ')[-1]}") from None
-        raise
+    except RuntimeError as e:  # every one is a setting this text cannot support
+        raise _training_error(e, vocab_size=vocab_size, model_type=model_type,
+                              character_coverage=character_coverage) from None
+    return model.getvalue()
+
+
+def write_model(model: bytes, model_prefix: Path) -> Path:
+    """Writes `<model_prefix>.model` (the bytes of `train_model`) and `<model_prefix>.vocab`
+    (for people: one "piece<TAB>score" line per id); returns the `.model` path."""
     model_path = Path(f"{model_prefix}.model")
-    model_path.write_bytes(model.getvalue())
-    # The .vocab file is for people: one "piece<TAB>score" line per id.
-    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    model_path.write_bytes(model)
+    sp = spm.SentencePieceProcessor(model_proto=model)
     Path(f"{model_prefix}.vocab").write_text(
         "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.vocab_size())),
         encoding="utf-8")
     return model_path
+
+
+def train_tokenizer(texts_or_files: Sequence[str | Path], model_prefix: Path, vocab_size: int,
+                    model_type: str = "unigram", character_coverage: float = 1.0,
+                    max_sentences: int = 300_000, seed: int = 0) -> Path:
+    """`train_model` and `write_model`: writes `<model_prefix>.model` and `.vocab`, returns
+    the `.model` path. The arguments and errors are those of `train_model`."""
+    return write_model(train_model(texts_or_files, vocab_size, model_type, character_coverage,
+                                   max_sentences, seed), model_prefix)
 
 
 class Tokenizer:
@@ -190,9 +226,10 @@ def load_or_train_tokenizer(tokenizer_dir: Path, cfg_data: ml_collections.Config
                             train_targets: Sequence[str]) -> Tokenizer:
     """Loads the tokenizer from `tokenizer_dir`, training it there first if absent.
 
-    Training writes into a temporary sibling folder that is renamed to
-    `tokenizer_dir` only when complete, so a crash never leaves a half-written
-    tokenizer behind to be reused. The folder also holds `tokenizer.json`, the
+    The models are trained in memory (bad settings fail before anything is
+    written), then written into a temporary sibling folder (`configs.files.temp_folder`)
+    that is renamed to `tokenizer_dir` only when complete, so a crash never leaves a
+    half-written tokenizer behind to be reused. The folder also holds `tokenizer.json`, the
     settings it was trained with; reusing it under other settings is an error.
 
     Args:
@@ -213,17 +250,21 @@ def load_or_train_tokenizer(tokenizer_dir: Path, cfg_data: ml_collections.Config
         if tokenizer_dir.is_dir() and any(tokenizer_dir.iterdir()):
             raise DataError(f"{tokenizer_dir} exists but holds no {META_FILE}; "
                             "move it away to train a new tokenizer")
-        tokenizer_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-tmp-", dir=tokenizer_dir.parent))
-        try:
-            kwargs = dict(vocab_size=cfg_data.vocab_size, model_type=cfg_data.spm_model_type,
-                          character_coverage=cfg_data.character_coverage,
-                          max_sentences=cfg_data.spm_max_sentences)
-            if cfg_data.joint_vocab:
-                train_tokenizer([*train_sources, *train_targets], tmp / JOINT_MODEL, **kwargs)
-            else:
-                train_tokenizer(list(train_sources), tmp / SOURCE_MODEL, **kwargs)
-                train_tokenizer(list(train_targets), tmp / TARGET_MODEL, **kwargs)
+        # Trained in memory first: settings SentencePiece refuses fail before anything
+        # (not even the workdir) is written.
+        kwargs = dict(vocab_size=cfg_data.vocab_size, model_type=cfg_data.spm_model_type,
+                      character_coverage=cfg_data.character_coverage,
+                      max_sentences=cfg_data.spm_max_sentences)
+        if cfg_data.joint_vocab:
+            models = {JOINT_MODEL: train_model([*train_sources, *train_targets], **kwargs)}
+        else:
+            models = {SOURCE_MODEL: train_model(list(train_sources), **kwargs),
+                      TARGET_MODEL: train_model(list(train_targets), **kwargs)}
+        # Written into `.tokenizer.<random>.tmp/` beside it and renamed when complete; a
+        # kill leaves only that folder, which configs.files.remove_stale_temp_files removes.
+        with temp_folder(tokenizer_dir) as tmp:
+            for name, model in models.items():
+                write_model(model, tmp / name)
             # The metadata file marks a complete tokenizer: written last.
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             try:
@@ -231,8 +272,6 @@ def load_or_train_tokenizer(tokenizer_dir: Path, cfg_data: ml_collections.Config
             except OSError:
                 if not meta_path.is_file():
                     raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     saved = json.loads(meta_path.read_text())
     changed = [f"{key}: {saved.get(key)!r} -> {value!r}" for key, value in meta.items()
                if saved.get(key) != value]

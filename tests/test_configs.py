@@ -1,6 +1,7 @@
 """Tests of configs/: experiment files, absl overrides, one-line CLI errors, config.json."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,110 @@ def test_validate_config_errors():
     cfg.model.embedding_grad = "sorted"
     with pytest.raises(UserError, match="model.embedding_grad must be one of auto, scatter, one_hot"):
         cli.validate_config(cfg)
+
+
+def test_main_guard_describes_os_errors_on_paths(capsys, monkeypatch):
+    """An OSError naming a path is the user's: one line in words, keyed by errno. One
+    without a path is a bug and keeps its traceback."""
+    import errno
+    import os
+
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    path = "runs/x/eval/a.json"
+    expected = {errno.EROFS: f"cannot write {path}: read-only file system",
+                errno.ENOTDIR: f"{path}: a part of this path is a file, not a folder",
+                errno.ENOENT: f"no such file or folder: {path}",
+                errno.EACCES: f"permission denied: {path}",
+                errno.ENOSPC: f"no space left on device: {path}",
+                errno.EISDIR: f"{path} is a folder, not a file",
+                errno.EBUSY: f"{path}: device or resource busy"}
+    for code, message in expected.items():
+        @cli.main_guard
+        def fails(argv, code=code):
+            raise OSError(code, os.strerror(code), path)  # the subclass OSError picks
+
+        with pytest.raises(SystemExit) as info:
+            fails(["prog"])
+        assert info.value.code == 2
+        assert capsys.readouterr().err == f"error: {message}\n"
+    assert cli.describe_os_error(FileExistsError(errno.EEXIST, "File exists", __file__)) == (
+        f"{__file__} is a file, not a folder")
+
+    @cli.main_guard
+    def by_hand(argv):  # attention.mapfile.load_maps raises it like this
+        raise FileNotFoundError("maps.npz: no such file")
+
+    with pytest.raises(SystemExit):
+        by_hand(["prog"])
+    assert capsys.readouterr().err == "error: maps.npz: no such file\n"
+
+    @cli.main_guard
+    def bug(argv):
+        raise OSError(errno.EBADF, "Bad file descriptor")  # no path: not the user's
+
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        bug(["prog"])
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"data": ', "invalid JSON"), (b"\xff{}", "not UTF-8 text"),
+    (b"[1, 2]", "not a training config (a JSON list"), (b'{"data": 3}', "no group data, model"),
+])
+def test_load_config_json_refuses_a_damaged_file(tmp_path, content, message):
+    (tmp_path / "config.json").write_bytes(content)
+    with pytest.raises(UserError, match=re.escape(message)):
+        cli.load_config_json(tmp_path)
+
+
+def test_atomic_writes_name_the_target_and_leftovers_are_cleaned_unless_live(tmp_path,
+                                                                            monkeypatch):
+    """Temp files and folders are `.<name>.<random>.tmp`; the clean-up removes those (and
+    the legacy names) that no running writer holds, and nothing else."""
+    import errno
+    import fcntl
+    import tempfile
+
+    from configs import files
+
+    target = tmp_path / "a.json"
+    with files.atomic_file(target) as f:
+        [tmp] = [p for p in tmp_path.iterdir() if p.name != "a.json"]
+        assert files.is_temp_name(tmp.name) and tmp.name.startswith(".a.json.")
+        assert files.remove_stale_temp_files(tmp_path) == []  # its writer holds it
+        f.write(b"{}")
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+    with pytest.raises(OSError) as info, files.atomic_file(target):  # a full disk on write
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert info.value.filename == str(target) and target.read_bytes() == b"{}"
+    real_mkstemp = tempfile.mkstemp
+
+    def read_only(prefix, suffix, dir):
+        raise OSError(errno.EROFS, "Read-only file system", f"{dir}/{prefix}q1w2e3{suffix}")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    with pytest.raises(OSError) as info:
+        files.write_atomic(target, "x")
+    assert info.value.filename == str(target)  # the user's path, not the temporary name
+    monkeypatch.setattr(tempfile, "mkstemp", real_mkstemp)
+
+    with files.temp_folder(tmp_path / "tokenizer") as live_folder:
+        assert files.is_temp_name(live_folder.name)
+        assert live_folder.name.startswith(".tokenizer.")
+        stale = [".config.json.abc123.tmp", ".metrics.jsonl.tmp4242"]
+        stale_folders = [".tokenizer.xyz.tmp", ".tokenizer-tmp-old"]
+        kept = ["notes.tmp", ".hidden", "b.json", ".tmp", ".b.tmp"]
+        for name in [*stale, *kept]:
+            (tmp_path / name).write_text("x")
+        for name in stale_folders:
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "spm.model").write_text("x")
+        live = tmp_path / ".b.json.live01.tmp"
+        live.write_text("x")
+        with open(live) as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # as a running atomic_file does
+            removed = files.remove_stale_temp_files(tmp_path)
+        assert sorted(p.name for p in removed) == sorted([*stale, *stale_folders])
+        assert live_folder.is_dir() and live.exists()
+        assert all((tmp_path / name).exists() for name in kept)
+    assert not live_folder.exists()
+    assert [p.name for p in files.remove_stale_temp_files(tmp_path)] == [live.name]

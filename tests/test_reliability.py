@@ -1,10 +1,12 @@
-"""Reliability: crash safety, signals, NaN guard, resume guard and bad input.
+"""Reliability: crash safety, signals, NaN guard, resume guard and damaged checkpoints.
 
 Every fault here is real: a train.py subprocess is killed (SIGKILL) while an orbax save
 is in progress, inside validation and between steps, or stopped with SIGINT/SIGTERM,
 and restarted with the same command; the final parameters must equal those of the
-uninterrupted smoke run. Each bad input must give exactly one `error: ...` line on
-stderr, a non-zero exit and leave every existing file byte-for-byte unchanged.
+uninterrupted smoke run (the session's `smoke_workdir`, trained once and shared). Each
+refused resume must give exactly one `error: ...` line on stderr, exit code 2 and leave
+every existing file byte-for-byte unchanged. Bad input of every command (flags,
+config, corpus, map files, paths) is tested in tests/test_error_surface.py.
 """
 
 import gzip
@@ -21,8 +23,6 @@ import numpy as np
 import pytest
 from conftest import REPO, run_script
 from test_train import final_params, flat
-
-from attention.mapfile import ARRAY_NAMES
 
 SMOKE = ("--config", "configs/smoke.py")
 TIMEOUT = 300  # seconds, for any one wait on a subprocess
@@ -343,92 +343,6 @@ def test_half_written_checkpoint_is_ignored(trained):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming from step 40 " in result.stderr
     assert not fake.exists() and saved_steps(trained) == [20, 40]
-
-
-# --- bad input ----------------------------------------------------------------------
-
-def _text_corpus(folder: Path, train_src: bytes, train_tgt: bytes) -> list[str]:
-    folder.mkdir()
-    files = {"train.de": train_src, "train.en": train_tgt,
-             "valid.de": b"ein Hund\n", "valid.en": b"a dog\n"}
-    for name, content in files.items():
-        (folder / name).write_bytes(content)
-    return ["--config.data.dataset=text",
-            *(f"--config.data.{split}_{side}={folder / f'{split}.{lang}'}"
-              for split in ("train", "valid") for side, lang in (("source", "de"), ("target", "en")))]
-
-
-PAIRS = b"".join(b"ein Hund Nummer %d\n" % i for i in range(20))
-
-
-@pytest.mark.parametrize("case", ["mismatched", "empty", "utf8"])
-def test_bad_corpus(tmp_path, case):
-    corpus = tmp_path / "corpus"
-    target = PAIRS.replace(b"ein Hund", b"a dog")
-    if case == "mismatched":
-        flags_ = _text_corpus(corpus, PAIRS, target[: target.rindex(b"a dog")])
-        expected = (f"{corpus / 'train.de'} has 20 lines", f"{corpus / 'train.en'} has 19")
-    elif case == "empty":
-        flags_ = _text_corpus(corpus, b"", target)
-        expected = (f"empty corpus: {corpus / 'train.de'}",)
-    else:
-        flags_ = _text_corpus(corpus, PAIRS.replace(b"Nummer 2\n", b"Nummer \xff2\n"), target)
-        expected = (f"{corpus / 'train.de'}: invalid UTF-8 on line 3",)
-    before = snapshot(corpus)
-    workdir = tmp_path / "run"
-    assert_one_line_error(train("--workdir", str(workdir), *flags_, timeout=120), 2, *expected)
-    assert snapshot(corpus) == before
-    assert not workdir.exists()
-
-
-@pytest.mark.parametrize("case", ["dataset", "key", "type", "config_file"])
-def test_bad_config(trained, case):
-    args = {
-        "dataset": (*SMOKE, "--config.data.dataset=multi31k"),
-        "key": (*SMOKE, "--config.model.d_modle=64"),
-        "type": (*SMOKE, "--config.train.num_steps=forty"),
-        "config_file": ("--config", "configs/no_such_experiment.py"),
-    }[case]
-    expected = {
-        "dataset": ("unknown dataset 'multi31k'", "multi30k"),
-        "key": ("unknown config key config.model.d_modle", "did you mean config.model.d_model?"),
-        "type": ("--config.train.num_steps=forty: wrong value type, expected int",),
-        "config_file": ("config file not found: configs/no_such_experiment.py",),
-    }[case]
-    before = snapshot(trained)
-    result = run_script("train.py", *args, "--workdir", str(trained), timeout=120)
-    assert_one_line_error(result, 2, *expected)
-    assert snapshot(trained) == before
-    if case == "dataset":  # --debug shows the traceback instead
-        debug = run_script("train.py", *args, "--workdir", str(trained), "--debug", timeout=120)
-        assert debug.returncode != 0 and "Traceback" in debug.stderr
-        assert snapshot(trained) == before
-
-
-@pytest.mark.parametrize("case", ["not_npz", "missing_arrays", "pickled", "not_normalised"])
-def test_inspect_refuses_a_file_not_in_the_map_format(tmp_path, case):
-    path = tmp_path / "maps.npz"
-    if case == "not_npz":
-        path.write_bytes(b"this is not a zip file\n")
-        expected = "not a readable .npz map file"
-    elif case == "missing_arrays":
-        np.savez(path, weights=np.zeros((2, 2), np.float32))
-        expected = "missing arrays: encoder_self"
-    elif case == "pickled":  # every array there, but as objects: only unpickling reads them
-        np.savez(path, **{name: np.array([{"a": 1}], dtype=object) for name in ARRAY_NAMES})
-        expected = "Object arrays cannot be loaded when allow_pickle=False"
-    else:  # a readable map file whose rows do not sum to 1
-        from test_mapfile import make_maps
-
-        maps = make_maps()
-        np.savez(path, **{name: getattr(maps, name) for name in ARRAY_NAMES if name != "cross"},
-                 cross=maps.cross * 2)
-        expected = "query row 0 sums to 2"
-    before = snapshot(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "attention.inspect", str(path)], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
-    assert_one_line_error(result, 2, str(path), expected)
-    assert snapshot(tmp_path) == before  # unchanged, and no PNG written
 
 
 def test_no_pickle_anywhere():
