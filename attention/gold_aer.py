@@ -28,7 +28,7 @@ from absl import logging as absl_logging
 from attention.alignment import aer, extract_alignment, read_talp
 from configs import cli
 from configs.errors import UserError
-from configs.files import write_atomic
+from configs.files import require_file, write_atomic
 
 FLAGS = flags.FLAGS
 RESULT_FILE = Path("eval") / "gold_aer.json"  # relative to the workdir
@@ -43,11 +43,6 @@ def define_flags() -> None:
     flags.DEFINE_string("gold", None, "Gold alignments (.talp), one line per pair. Required.")
     flags.DEFINE_string("checkpoint", "best", "best | last | STEP")
     flags.DEFINE_integer("batch_size", 32, "Sentences per forced-decoding batch.")
-
-
-def _require_file(path: Path, flag: str) -> None:
-    if not path.is_file():
-        raise UserError(f"{flag} {path}: no such file")
 
 
 def read_pairs(path: Path) -> tuple[list[str], list[str]]:
@@ -88,8 +83,8 @@ def score(workdir: Path, pairs: Path, gold: Path, checkpoint: str, batch_size: i
     from models.translate import record_maps
 
     workdir, pairs, gold = Path(workdir), Path(pairs), Path(gold)
-    _require_file(pairs, "--pairs")
-    _require_file(gold, "--gold")
+    require_file(pairs)
+    require_file(gold)
     if batch_size < 1:
         raise UserError(f"--batch_size must be at least 1, got {batch_size}")
     sources, targets = read_pairs(pairs)

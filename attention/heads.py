@@ -36,7 +36,7 @@ from attention.head_stats import HeadStats, is_punctuation, rarest_flags
 from attention.mapfile import load_maps
 from configs import cli
 from configs.errors import UserError
-from configs.files import write_atomic
+from configs.files import require_file, write_atomic
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 CURVE_STRIDE = 4  # pruning-curve points every 4 heads, then refined where BLEU falls 0.5
@@ -243,8 +243,8 @@ def analyze_heads(workdir: str | Path, *, split: str = "valid", checkpoint: str 
     if (gold_pairs is None) != (gold is None):
         raise UserError("--gold_pairs and --gold go together")
     for path in (gold_pairs, gold):
-        if path is not None and not Path(path).is_file():
-            raise UserError(f"no such file: {path}")
+        if path is not None:
+            require_file(path)
     cfg = cli.load_config_json(workdir)
     tokenizer = load_tokenizer(workdir, cfg)
     sources, targets = load_corpus(cfg.data, split)

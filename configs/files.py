@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from configs.errors import UserError
+
 try:
     import fcntl
 except ImportError:  # not POSIX: no locks, the clean-up then takes every leftover
@@ -179,3 +181,14 @@ def remove_stale_temp_files(directory: str | os.PathLike) -> list[Path]:
         return []
     stale = [p for p in sorted(directory.iterdir()) if is_temp_name(p.name)]
     return [p for p in stale if _remove_if_unlocked(p)]
+
+
+def require_file(path: str | os.PathLike, error: type[Exception] = UserError) -> Path:
+    """`path` if it is an existing file; else `error` saying what is there instead (nothing,
+    or a folder), the one wording every reader of user files uses."""
+    path = Path(path)
+    if path.is_dir():
+        raise error(f"{path} is a folder, not a file")
+    if not path.is_file():
+        raise error(f"file not found: {path}")
+    return path

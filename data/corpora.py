@@ -36,6 +36,7 @@ import numpy as np
 
 from configs.base import DATASETS
 from configs.errors import UserError
+from configs.files import require_file
 
 SPLITS = ("train", "valid", "test")
 MULTI30K_DIR = Path(__file__).parent / "multi30k"
@@ -90,9 +91,7 @@ def read_lines(path: str | Path) -> list[str]:
     Raises:
       DataError: missing file, unreadable gzip, invalid UTF-8.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"file not found: {path}")
+    path = require_file(path, DataError)
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
         try:
@@ -166,9 +165,7 @@ def read_tatoeba(path: str | Path) -> tuple[list[str], list[str]]:
       DataError: missing file, bad zip, a line with fewer than two fields,
         invalid UTF-8, or no pairs.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"file not found: {path}")
+    path = require_file(path, DataError)
     name = str(path)
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as archive:

@@ -277,10 +277,10 @@ def test_tokenizer_trained_once_then_reused(tok_dir, small_corpus, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("retrained")
 
-    monkeypatch.setattr(tokenizer, "train_tokenizer", no_training)
+    monkeypatch.setattr(tokenizer, "train_model", no_training)
     tok = tokenizer.load_or_train_tokenizer(tok_dir, data_config(vocab_size=300), *small_corpus)
     assert model.stat().st_mtime_ns == before and tok.vocab_size == 300
-    assert not list(tok_dir.parent.glob(".tokenizer-tmp-*"))
+    assert not [p for p in tok_dir.parent.iterdir() if p.name.endswith(".tmp")]
     with pytest.raises(DataError, match="vocab_size: 300 -> 400"):
         tokenizer.load_or_train_tokenizer(tok_dir, data_config(vocab_size=400), *small_corpus)
 

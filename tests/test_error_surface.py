@@ -1,6 +1,6 @@
 """The whole error surface of the command-line tools, in one place.
 
-Every CLI (train.py, evaluate.py, attention.inspect, attention.gold_aer) runs as a
+Every CLI (train.py, evaluate.py, attention.inspect, attention.gold_aer, attention.heads) runs as a
 subprocess on a table of bad inputs: user errors, OSErrors on user paths (missing, a
 folder given as a file, a path under a file, a read-only workdir) and library errors
 on user input (non-UTF-8 text, a truncated .npz, a corrupt config.json). Each must end
@@ -294,6 +294,18 @@ CASES: dict[str, Callable[[Setup], Case]] = {
                                                             "invalid JSON"), {"config.json": b"{"}),
     "gold_aer: read-only workdir": lambda s: _on_copy(
         s, "aer_read_only", "attention.gold_aer", AER_FILES,
+        ("{workdir}/eval", "read-only file system"), read_only=True),
+    # python -m attention.heads
+    "heads: gold without pairs": lambda s: Case(
+        "attention.heads", ["--workdir", str(s.smoke), "--gold", str(GOLD)], ("--gold_pairs",)),
+    "heads: gold pairs is a folder": lambda s: Case(
+        "attention.heads", ["--workdir", str(s.smoke), "--gold_pairs", str(s.folder),
+                            "--gold", str(GOLD)], (str(s.folder), "folder")),
+    "heads: corrupt config.json": lambda s: _on_copy(
+        s, "heads_corrupt", "attention.heads", ["--max_sentences", "4"],
+        ("{workdir}/config.json", "invalid JSON"), {"config.json": b"{"}),
+    "heads: read-only workdir": lambda s: _on_copy(
+        s, "heads_read_only", "attention.heads", ["--max_sentences", "4"],
         ("{workdir}/eval", "read-only file system"), read_only=True),
 }
 # Left by kills: temp files (`atomic_file`, and the legacy `.<name>.tmp<pid>`) and

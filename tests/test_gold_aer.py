@@ -61,6 +61,6 @@ def test_gold_aer_bad_inputs_one_line_exit_2(tmp_path):
     assert "1 lines" in results["mismatched"].stderr and "10" in results["mismatched"].stderr
     assert results["malformed"].stderr == (
         f"error: {malformed}:2: not a 1-indexed TALP link: 'x-y'\n")
-    assert results["gold missing"].stderr == f"error: --gold {tmp_path / 'absent.talp'}: no such file\n"
+    assert results["gold missing"].stderr == f"error: file not found: {tmp_path / 'absent.talp'}\n"
     assert results["no --pairs"].stderr == "error: --pairs is required\n"
     assert not workdir.exists()
