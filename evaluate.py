@@ -24,13 +24,16 @@ Flags (defaults in brackets):
   --max_sentences N    only the first N lines of the input [0 = all]
   --name               output name [see below]
 
-Outputs, in `<workdir>/eval/` (each written atomically, only after everything succeeded,
-so a failed or interrupted run never leaves a half file over a good one):
-  <name>.hyp.txt        one detokenized line per input line, same order; an empty input
+Outputs, in `<workdir>/eval/` (each written atomically, so a failed or interrupted run
+never leaves a half file over a good one):
+  <name>.hyp.txt        written as soon as decoding ends, before any attention map is
+                        recorded (a failed or interrupted map recording leaves it on disk);
+                        one detokenized line per input line, same order; an empty input
                         line gives an empty line (the model is not run on it), long
                         lines are translated in full (nothing is dropped or truncated)
-  <name>.json           name, workdir, split, source, reference, source_lang,
-                        target_lang, num_sentences, num_empty, checkpoint_step,
+  <name>.json           written last, once everything else succeeded: name, workdir,
+                        split, source, reference, source_lang, target_lang,
+                        num_sentences, num_empty, checkpoint_step,
                         checkpoint {requested, steps, averaged}, decoding {beam_size,
                         decode, length_penalty, batch_size, bucket_step, max_length},
                         bleu, bleu_signature, bleu_text, bleu_details {precisions, bp,
@@ -40,10 +43,14 @@ so a failed or interrupted run never leaves a half file over a good one):
                         bleu_lc_tok_text; files {hyp, json[, attention]}; timing
                         {load_seconds, decode_seconds, compile_seconds,
                         sentences_translated, target_tokens, sentences_per_sec,
-                        target_tokens_per_sec[, attention_seconds]}; devices; time
+                        target_tokens_per_sec[, attention_seconds,
+                        attention_record_seconds, attention_preview_seconds]}; devices; time
   <name>.attention.npz  with --save_attention: an attention map file (README) (decode "greedy" or
-                        "beam"), plus PNG previews `<name>.attention.ex<I>.cross.*.png`
-                        of the first 8 of those sentences
+                        "beam"), recorded in batches of sentences of similar length (a
+                        very long sentence costs only its own size); plus PNG previews
+                        `<name>.attention.ex<I>.cross.*.png` of the first 8 of those
+                        sentences, except those over 150 source or target tokens (a
+                        one-line notice on stderr says so: see the .npz or its --html)
 From Python, with the flags as keyword options (no flags are parsed):
 
     from evaluate import evaluate
@@ -307,6 +314,13 @@ def evaluate(workdir: str | Path, **options) -> dict:
                                    length_penalty=length_penalty, batch_size=batch_size,
                                    bucket_step=bucket_step, progress=True)
     timing["load_seconds"] = load_seconds
+    files = {"hyp": str(out_dir / f"{name}.hyp.txt"), "json": str(out_dir / f"{name}.json")}
+    # The translations are written the moment decoding ends: recording maps may take
+    # long (or fail, or be interrupted) and must never hold them back.
+    write_atomic(Path(files["hyp"]), "".join(h + "\n" for h in hyps))
+    if inputs.source_name == "<stdin>":
+        sys.stdout.write("".join(h + "\n" for h in hyps))
+        sys.stdout.flush()
     result = {
         "name": name,
         "workdir": str(workdir),
@@ -330,22 +344,19 @@ def evaluate(workdir: str | Path, **options) -> dict:
     if inputs.references is not None:
         result.update(score(hyps, inputs.references, compat_lc_tok=opts.compat_lc_tok,
                             target_lang=cfg.data.target_lang))
-    files = {"hyp": str(out_dir / f"{name}.hyp.txt"), "json": str(out_dir / f"{name}.json")}
     if opts.save_attention:
         start = time.perf_counter()
-        path = save_attention(
+        path, attention_timing = save_attention(
             loaded.model, tokenizer, inputs.sources, opts.save_attention, beam_size=beam_size,
             length_penalty=length_penalty, batch_size=batch_size, step=loaded.steps[-1],
-            out_dir=out_dir, stem=f"{name}.attention")
+            out_dir=out_dir, stem=f"{name}.attention", progress=True)
         timing["attention_seconds"] = time.perf_counter() - start
+        timing.update(attention_timing)
         files["attention"] = str(path)
     result.update(files=files, timing=timing,
                   devices=f"{jax.default_backend()} x{jax.device_count()}", time=time.time())
-    write_atomic(Path(files["hyp"]), "".join(h + "\n" for h in hyps))
+    # Last: the JSON names the map file and its timing.
     write_atomic(Path(files["json"]), json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    if inputs.source_name == "<stdin>":
-        sys.stdout.write("".join(h + "\n" for h in hyps))
-        sys.stdout.flush()
     summary = sys.stderr if inputs.source_name == "<stdin>" else sys.stdout
     print("\n".join(summary_lines(result)), file=summary, flush=True)
     return result

@@ -166,15 +166,9 @@ def _check_format(maps: AttentionMaps, name: str) -> None:
     n, s, t = maps.source_lengths.shape[0], maps.source_tokens.shape[1], maps.target_tokens.shape[1]
     n_enc, l_enc, h, s1, s2 = maps.encoder_self.shape
     n_dec, l_dec, h_dec, t1, t2 = maps.decoder_self.shape
-    expected = {
-        "encoder_self": (n, l_enc, h, s, s),
-        "decoder_self": (n, l_dec, h, t, t),
-        "cross": (n, l_dec, h, t, s),
-        "source_tokens": (n, s),
-        "target_tokens": (n, t),
-        "source_lengths": (n,),
-        "target_lengths": (n,),
-    }
+    expected = {"encoder_self": (n, l_enc, h, s, s), "decoder_self": (n, l_dec, h, t, t),
+                "cross": (n, l_dec, h, t, s), "source_tokens": (n, s), "target_tokens": (n, t),
+                "source_lengths": (n,), "target_lengths": (n,)}
     for field, shape in expected.items():
         if getattr(maps, field).shape != shape:
             fail(f"inconsistent shapes: '{field}' is {getattr(maps, field).shape}, expected "
@@ -353,48 +347,50 @@ def maps_from_arrays(
                  & (np.arange(k)[None, None, :] < k_len[:, None, None]))  # [B, Q, K]
         # The model masks padded keys but a padded query row still attends somewhere.
         out[kind] = np.where(valid[:, None, None], w, np.float32(0)).astype(np.float32)
-    return AttentionMaps(
-        **out,
-        source_tokens=_pad_tokens(source_pieces, s),
-        target_tokens=_pad_tokens(target_pieces, t),
-        source_lengths=src_len,
-        target_lengths=tgt_len,
-        step=int(step),
-        decode=decode,
-    )
+    return AttentionMaps(**out, source_tokens=_pad_tokens(source_pieces, s),
+                         target_tokens=_pad_tokens(target_pieces, t), source_lengths=src_len,
+                         target_lengths=tgt_len, step=int(step), decode=decode)
 
 
-def concatenate_maps(parts: Sequence[AttentionMaps]) -> AttentionMaps:
+def concatenate_maps(parts: Sequence[AttentionMaps],
+                     order: Sequence[int] | None = None) -> AttentionMaps:
     """Join maps recorded batch by batch into one set (N = sum of the parts' N).
 
     All parts need the same layers, heads, step and decode mode; S and T become the
-    largest of the parts (zero / "" padded).
+    largest of the parts (zero / "" padded). `order` int [N]: the row of the result that
+    each example of the parts, taken in turn, goes to (e.g. to undo a sort by length);
+    None keeps them in turn.
     """
     if not parts:
         raise ValueError("nothing to concatenate")
-    first = parts[0]
-    for p in parts[1:]:
-        if (p.step, p.decode) != (first.step, first.decode):
-            raise ValueError("cannot concatenate maps of different steps or decode modes")
+    first, n = parts[0], sum(p.num_examples for p in parts)
+    if any((p.step, p.decode) != (first.step, first.decode) for p in parts):
+        raise ValueError("cannot concatenate maps of different steps or decode modes")
+    rows = np.arange(n) if order is None else np.asarray(order, dtype=np.int64)
+    if sorted(rows.tolist()) != list(range(n)):
+        raise ValueError(f"order must be a permutation of 0..{n - 1}")
+    part_rows = np.split(rows, np.cumsum([p.num_examples for p in parts])[:-1])
     s = max(p.source_tokens.shape[1] for p in parts)
     t = max(p.target_tokens.shape[1] for p in parts)
-    sizes = {"encoder_self": (s, s), "decoder_self": (t, t), "cross": (t, s)}
     out = {}
-    for kind, (q, k) in sizes.items():
+    for kind, (q, k) in {"encoder_self": (s, s), "decoder_self": (t, t), "cross": (t, s)}.items():
         arrs = [getattr(p, kind) for p in parts]
         if len({a.shape[1:3] for a in arrs}) != 1:
             raise ValueError(f"cannot concatenate {kind} maps with different layers or heads")
-        out[kind] = np.concatenate([
-            np.pad(a, [(0, 0)] * 3 + [(0, q - a.shape[3]), (0, k - a.shape[4])]) for a in arrs
-        ])
+        # Filled in place: padded copies of the parts, then their concatenation, would
+        # hold the (mostly zero) result twice, gigabytes beside one very long sentence.
+        out[kind] = np.zeros((n, *arrs[0].shape[1:3], q, k), np.float32)
+        for a, r in zip(arrs, part_rows, strict=True):
+            out[kind][r, :, :, : a.shape[3], : a.shape[4]] = a
+    back = np.argsort(rows)  # result row j <- example back[j] of the parts in turn
+    src = [p.key_tokens(i, "cross") for p in parts for i in range(p.num_examples)]
+    tgt = [p.query_tokens(i, "cross") for p in parts for i in range(p.num_examples)]
     return AttentionMaps(
         **out,
-        source_tokens=_pad_tokens([p.key_tokens(i, "cross") for p in parts
-                                   for i in range(p.num_examples)], s),
-        target_tokens=_pad_tokens([p.query_tokens(i, "cross") for p in parts
-                                   for i in range(p.num_examples)], t),
-        source_lengths=np.concatenate([p.source_lengths for p in parts]).astype(np.int32),
-        target_lengths=np.concatenate([p.target_lengths for p in parts]).astype(np.int32),
+        source_tokens=_pad_tokens([src[i] for i in back], s),
+        target_tokens=_pad_tokens([tgt[i] for i in back], t),
+        source_lengths=np.concatenate([p.source_lengths for p in parts])[back].astype(np.int32),
+        target_lengths=np.concatenate([p.target_lengths for p in parts])[back].astype(np.int32),
         step=first.step,
         decode=first.decode,
     )

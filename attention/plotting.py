@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from attention.mapfile import AttentionMaps
 from configs.files import atomic_file
 
 CMAP = "viridis"
+# Previews skip maps longer than this on either axis: drawing one token label per row
+# and column, a 150 x 150 map already takes about a second, a 600 x 900 one a minute.
+MAX_PREVIEW_TOKENS = 150
 AXIS_NAMES = {
     "encoder_self": ("source (query)", "source (key)"),
     "decoder_self": ("target, decoder input (query)", "target, decoder input (key)"),
@@ -132,12 +136,33 @@ def heatmap_image_array(maps: AttentionMaps, example: int, kind: str = "cross",
     return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
 
 
-def preview_pngs(maps: AttentionMaps, out_dir: str | os.PathLike, stem: str) -> list[Path]:
+def preview_skip_reason(maps: AttentionMaps, example: int,
+                        max_tokens: int = MAX_PREVIEW_TOKENS) -> str | None:
+    """Why the preview of one example is not drawn (its source or target is longer than
+    `max_tokens`), as a one-line notice; None when it is drawn."""
+    src, tgt = int(maps.source_lengths[example]), int(maps.target_lengths[example])
+    if max(src, tgt) <= max_tokens:
+        return None
+    return (f"preview of example {example} skipped: {src} x {tgt} tokens, over "
+            f"{max_tokens} (see the .npz / --html)")
+
+
+def preview_pngs(maps: AttentionMaps, out_dir: str | os.PathLike, stem: str,
+                 max_tokens: int = MAX_PREVIEW_TOKENS) -> list[Path]:
     """Cross-attention previews for every example: mean of all layers and the last layer,
-    both head-averaged, named `<stem>.ex<I>.cross.<mean|L>.mean.png`. Returns the paths."""
+    both head-averaged, named `<stem>.ex<I>.cross.<mean|L>.mean.png`. Returns the paths.
+
+    An example whose source or target exceeds `max_tokens` is skipped with a one-line
+    notice on stderr (`preview_skip_reason`), so a preview never takes more than about
+    a second; the map file and the HTML viewer still hold it.
+    """
     last = maps.num_layers("cross") - 1
     paths = []
     for example in range(maps.num_examples):
+        reason = preview_skip_reason(maps, example, max_tokens)
+        if reason:
+            print(reason, file=sys.stderr, flush=True)
+            continue
         for layer in ("mean", last):
             out = Path(out_dir) / png_name(stem, example, "cross", layer, "mean")
             paths.append(plot_heatmap(maps, example, "cross", layer, "mean", out))

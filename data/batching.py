@@ -28,7 +28,7 @@ the batches an uninterrupted one would have.
 import math
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -186,11 +186,12 @@ def eval_batches(source_ids: Sequence[Sequence[int]],
                  ) -> Iterator[tuple[Batch, np.ndarray]]:
     """Batches every sentence for evaluation, never dropping or truncating one.
 
-    Sentences are sorted longest first (ties in original order) so each batch
-    pads little and a too-large batch fails at once, not at the end. Each batch
-    has B = batch_size rounded up to a multiple of `batch_multiple` rows (the
-    last one filled with all-pad rows) and S, T rounded up to a multiple of
-    `bucket_step`, which bounds the number of jit shapes.
+    Sentences are grouped by `length_groups` (longest first, so each batch pads
+    little and a too-large batch fails at once, not at the end; a sentence under half
+    the length of its batch's longest starts a new batch, so one very long line never
+    makes a hundred short ones decode for its budget). Each batch has B = batch_size
+    rounded up to a multiple of `batch_multiple` rows (missing rows all-pad) and S, T
+    rounded up to a multiple of `bucket_step`, which bounds the number of jit shapes.
 
     Args:
       source_ids: source id lists (with eos); empty and long ones are kept.
@@ -211,15 +212,35 @@ def eval_batches(source_ids: Sequence[Sequence[int]],
     def length(i: int) -> int:
         return max(len(source_ids[i]), len(target_ids[i]) + 1 if target_ids is not None else 0)
 
-    order = sorted(range(n), key=lambda i: (-length(i), i))
-    for start in range(0, n, size):
-        rows = order[start:start + size]
+    for rows in length_groups([length(i) for i in range(n)], size):
         src_len = round_up(max(len(source_ids[i]) for i in rows), bucket_step)
         tgt_len = (round_up(max(len(target_ids[i]) + 1 for i in rows), bucket_step)
                    if target_ids is not None else 0)
         indices = np.full(size, -1, np.int64)
         indices[:len(rows)] = rows
         yield make_batch(source_ids, target_ids, rows, size, src_len, tgt_len), indices
+
+
+def length_groups(lengths: Sequence[int], batch_size: int, *,
+                  cost: Callable[[int, int], int] | None = None,
+                  max_cost: int = 0) -> list[list[int]]:
+    """Indices sorted longest first (ties in input order), cut into groups of similar
+    length: a sentence joins the current group only if its length is more than half the
+    group's first (longest), the group has fewer than `batch_size` members and, with
+    `cost`, cost(longest length, members after joining) <= `max_cost` (a sentence whose
+    own cost is higher is alone). The one batching rule of evaluation and map recording.
+    """
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        if groups:
+            group = groups[-1]
+            longest = lengths[group[0]]
+            if (2 * lengths[i] > longest and len(group) < batch_size
+                    and (cost is None or cost(longest, len(group) + 1) <= max_cost)):
+                group.append(i)
+                continue
+        groups.append([i])
+    return groups
 
 
 def restore_order(values: Iterable[Sequence], indices: Iterable[np.ndarray], n: int) -> list:

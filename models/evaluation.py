@@ -13,12 +13,12 @@ import numpy as np
 from flax import nnx
 from sacrebleu.metrics import BLEU, CHRF
 
-from attention.mapfile import concatenate_maps, save_maps
-from attention.plotting import heatmap_image_array, preview_pngs
+from attention.mapfile import save_maps
+from attention.plotting import heatmap_image_array, preview_pngs, preview_skip_reason
 from data.batching import eval_batches
 from models.compilation import CompileTimer
 from models.metrics_log import MetricsLog
-from models.translate import record_maps, translate_ids
+from models.translate import record_maps, record_maps_grouped, translate_ids
 
 MAX_PREVIEW_EXAMPLES = 8  # PNG previews for at most this many of the saved maps
 
@@ -102,21 +102,33 @@ def score(hyps: list[str], refs: list[str], *, compat_lc_tok: bool = False,
 
 def save_attention(model, tokenizer, sources: list[str], n: int, *, beam_size: int,
                    length_penalty: float, batch_size: int, step: int, out_dir: Path,
-                   stem: str) -> Path:
-    """Records the maps of the returned hypotheses of the first `n` sentences (in batches)
-    and writes `<stem>.npz` plus PNG previews of the first few into `out_dir`."""
-    source_ids = tokenizer.encode_source(sources[:n])
-    parts = [record_maps(model, tokenizer, source_ids[i:i + batch_size], None,
-                         beam_size=beam_size, length_penalty=length_penalty, step=step)
-             for i in range(0, len(source_ids), batch_size)]
-    maps = parts[0] if len(parts) == 1 else concatenate_maps(parts)
+                   stem: str, progress: bool = False) -> tuple[Path, dict]:
+    """Records the maps of the decoded hypotheses of the first `n` sentences and writes
+    `<stem>.npz` plus PNG previews of the first few into `out_dir`.
+
+    The maps are decoded in batches of sentences of similar length
+    (`models.translate.record_maps_grouped`), so a very long sentence costs its own
+    size, not N times it, and the weight buffers stay small. The file holds N examples
+    in input order ([N, L, H, S, S] etc., padded to the longest: the padding is zeros,
+    which `np.savez_compressed` stores in next to nothing). Previews skip sentences too
+    long to draw quickly (`attention.plotting.preview_pngs`).
+
+    Returns (path of the map file, timing {"attention_record_seconds",
+    "attention_preview_seconds"}).
+    """
+    start = time.perf_counter()
+    maps = record_maps_grouped(model, tokenizer, tokenizer.encode_source(sources[:n]),
+                               beam_size=beam_size, length_penalty=length_penalty, step=step,
+                               batch_size=batch_size, progress=progress)
     path = save_maps(out_dir / f"{stem}.npz", maps)
+    recorded = time.perf_counter()
     k = min(maps.num_examples, MAX_PREVIEW_EXAMPLES)
     preview = dataclasses.replace(maps, **{
         f.name: getattr(maps, f.name)[:k] for f in dataclasses.fields(maps)
         if f.name not in ("step", "decode")})
     preview_pngs(preview, out_dir, stem)
-    return path
+    return path, {"attention_record_seconds": recorded - start,
+                  "attention_preview_seconds": time.perf_counter() - recorded}
 
 
 def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
@@ -153,6 +165,8 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
             save_maps(workdir / "attention" / f"{stem}.npz", maps)
             preview_pngs(maps, workdir / "attention", stem)
             for example in range(maps.num_examples):
+                if preview_skip_reason(maps, example):  # preview_pngs printed why
+                    continue
                 log.image(f"attention/{maps.decode}/example{example}",
                           heatmap_image_array(maps, example), step)
     return scores["bleu"]

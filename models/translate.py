@@ -1,5 +1,6 @@
 """Jitted decoding: one batch (`translate`, `translate_split`) or a whole corpus
-(`translate_ids`), and the attention maps of a few sentences (`record_maps`).
+(`translate_ids`), and the attention maps of a few sentences (`record_maps`, or
+`record_maps_grouped` for any number of them, in batches of similar length).
 
 The search algorithms themselves are in models/search.py; this module compiles them.
 `translate_ids` is shared by validation in train.py and by evaluate.py: sentences are
@@ -28,7 +29,7 @@ import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
-from data.batching import eval_batches, restore_order
+from data.batching import eval_batches, length_groups, restore_order
 from data.tokenizer import EOS_ID, PAD_ID
 from models.search import SearchOutput, beam_search, max_target_length
 
@@ -118,6 +119,12 @@ def translate_ids(
     return restore_order(outputs, orders, len(source_ids))
 
 
+# Most weight-buffer cells (B * K * T * (T + S), per decoder layer and head) one batch of
+# `record_maps_grouped` decodes: 2**22 is ~270 MB of float32 for 4 layers x 4 heads. A
+# single sentence over it still gets a batch of its own.
+MAP_BATCH_CELLS = 1 << 22
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _teacher_forced_weights(graphdef, state, src, tgt_in) -> dict:
     """Attention weights of the teacher-forced pass (see `Transformer.__call__`)."""
@@ -156,3 +163,38 @@ def record_maps(model, tokenizer, source_ids, target_ids=None, *, beam_size=1,
     rows = weights["cross"].shape[-2]
     tgt_pieces = [["<s>", *tokenizer.target_pieces(h)][:rows] for h in hyps]
     return maps_from_arrays(weights, src_pieces, tgt_pieces, step, decode)
+
+
+def map_groups(source_ids: Sequence[Sequence[int]], *, beam_size: int, batch_size: int,
+               max_cells: int = MAP_BATCH_CELLS) -> list[list[int]]:
+    """How `record_maps_grouped` batches sentences: `data.batching.length_groups` (longest
+    first, similar lengths), with at most `max_cells` cells of the beam-search weight
+    buffers per batch, B * beam_size * T * (T + S) (a longer sentence is alone)."""
+    def cells(longest: int, rows: int) -> int:
+        steps = max_target_length(longest, multiple=8)
+        return rows * beam_size * steps * (steps + longest)
+
+    return length_groups([len(s) for s in source_ids], batch_size, cost=cells,
+                         max_cost=max_cells)
+
+
+def record_maps_grouped(model, tokenizer, source_ids, *, beam_size=1, length_penalty=0.6,
+                        step=0, batch_size=64, max_cells=MAP_BATCH_CELLS, progress=False):
+    """`record_maps` of the decoded hypotheses of any number of sentences, in the batches
+    of `map_groups`, joined back in input order.
+
+    source_ids: N id lists (with eos). Returns `attention.mapfile.AttentionMaps` with
+    N examples in input order, S / T the longest source / target (zero-padded). A
+    sentence's maps equal those of recording it alone (search results do not depend
+    on the batch) unless its hypothesis reaches the decoding budget without eos: that
+    budget is the batch's, at most twice its own (in `translate_ids`, the batch's too).
+    """
+    from attention.mapfile import concatenate_maps
+
+    groups = map_groups(source_ids, beam_size=beam_size, batch_size=batch_size,
+                        max_cells=max_cells)
+    parts = [record_maps(model, tokenizer, [source_ids[i] for i in group], None,
+                         beam_size=beam_size, length_penalty=length_penalty, step=step)
+             for group in tqdm(groups, disable=not progress, desc="attention maps",
+                               unit="batch", dynamic_ncols=True)]
+    return concatenate_maps(parts, order=[i for group in groups for i in group])

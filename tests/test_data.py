@@ -391,6 +391,15 @@ def test_train_batcher_errors_and_explicit_boundaries():
     assert batching.bucket_boundaries(20, 8) == [8, 16, 24]
 
 
+def test_length_groups_cut_at_half_the_longest_and_at_a_cost():
+    lengths = [10, 4, 6, 9, 5, 30, 2]
+    assert batching.length_groups(lengths, 8) == [[5], [0, 3, 2], [4, 1], [6]]
+    assert batching.length_groups(lengths, 2) == [[5], [0, 3], [2, 4], [1], [6]]
+    # cost(longest, rows) = rows * longest: at most 20 -> two rows of 10, one of 30
+    assert batching.length_groups(lengths, 8, cost=lambda longest, rows: rows * longest,
+                                  max_cost=20) == [[5], [0, 3], [2, 4, 1], [6]]
+
+
 def test_eval_batches_keep_every_sentence_and_restore_order():
     sources = [[5, EOS_ID], [EOS_ID], [7] * 300 + [EOS_ID], [8, 9, EOS_ID], [EOS_ID]]
     targets = [[5], [], [7] * 250, [8], [9] * 3]
@@ -409,7 +418,9 @@ def test_eval_batches_keep_every_sentence_and_restore_order():
     assert sorted(seen) == list(range(5))
     assert batching.restore_order(outputs, index_batches, 5) == [f"hyp{i}" for i in range(5)]
     source_only = list(batching.eval_batches(sources, batch_size=8))
-    assert len(source_only) == 1 and set(source_only[0][0]) == {"src"}
+    assert all(set(batch) == {"src"} for batch, _ in source_only)
+    # The 301-token line decodes alone: shorter lines never wait for its budget.
+    assert [sorted(int(i) for i in idx if i >= 0) for _, idx in source_only] == [[2], [0, 3], [1, 4]]
     with pytest.raises(ValueError, match="1 of 6 sentences have no result"):
         batching.restore_order(outputs, index_batches, 6)
 

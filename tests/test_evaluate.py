@@ -254,3 +254,99 @@ def test_tokenizer_that_does_not_fit_the_checkpoint(smoke_workdir, tmp_path):
     train_tokenizer(sources + targets, run / "tokenizer" / "spm", vocab_size=100)
     line = _one_error_line(_evaluate(run, "--max_sentences", "4"))
     assert "does not fit" in line and "tokenizer" in line and "vocab 100/100" in line
+
+
+# ------------------------------------------------------------- maps of a very long line
+
+
+def _same_budget_sentences(tokenizer, count: int) -> list[str]:
+    """`count` test sentences of at most 60 pieces that share one decoding budget, so
+    recording their maps together equals recording each alone (even for the smoke
+    model, whose hypotheses run to the budget)."""
+    from models.search import max_target_length
+
+    by_budget: dict[int, list[str]] = {}
+    for sentence in _multi30k("test_2016_flickr", "de"):
+        n = len(tokenizer.encode_source([sentence])[0])
+        if n <= 60:
+            by_budget.setdefault(max_target_length(n, multiple=8), []).append(sentence)
+    return next(group[:count] for group in by_budget.values() if len(group) >= count)
+
+
+def test_long_line_maps_are_bounded(workdir, tmp_path):
+    """One line far longer than the rest: the hypotheses are complete and in order, the
+    map file holds every saved sentence in input order, each short one's maps equal
+    recording it alone (not decoded beside the long one), the file is no larger than
+    the float32 valid regions, and the long line's preview is skipped with a notice."""
+    from attention.mapfile import load_maps, validate_maps
+    from configs import cli
+    from models.evaluation import translate_lines
+    from models.loading import load_params, load_tokenizer
+    from models.translate import record_maps
+
+    cfg = cli.load_config_json(workdir)
+    tokenizer = load_tokenizer(workdir, cfg)
+    short = _same_budget_sentences(tokenizer, 3)
+    long_line = " ".join((" ".join(_multi30k("test_2016_flickr", "de")).split() * 10)[:50])
+    assert len(tokenizer.encode_source([long_line])[0]) > 150
+    lines = [short[0], long_line, short[1], "", short[2]]
+    src = tmp_path / "long.de"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = _evaluate(workdir, "--source", str(src), "--beam_size", "2",
+                       "--save_attention", "3", "--name", "long")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = workdir / "eval"
+
+    loaded = load_params(workdir, None, cfg=cfg, tokenizer=tokenizer)
+    expected, _ = translate_lines(loaded.model, tokenizer, lines, beam_size=2,
+                                  length_penalty=cfg.eval.length_penalty,
+                                  batch_size=cfg.eval.batch_size,
+                                  bucket_step=cfg.data.bucket_step)
+    assert _lines(out / "long.hyp.txt") == expected  # complete, in input order
+    assert expected[3] == "" and all(expected[i] for i in (0, 1, 2, 4))
+
+    path = out / "long.attention.npz"
+    maps = load_maps(path)
+    validate_maps(maps)
+    assert maps.num_examples == 3 and maps.decode == "beam"
+    source_ids = tokenizer.encode_source(lines[:3])
+    assert maps.source_lengths.tolist() == [len(ids) for ids in source_ids]
+    for example in (0, 2):
+        alone = record_maps(loaded.model, tokenizer, [source_ids[example]], None, beam_size=2,
+                            length_penalty=cfg.eval.length_penalty, step=maps.step)
+        s, t = int(alone.source_lengths[0]), int(alone.target_lengths[0])
+        assert (int(maps.source_lengths[example]), int(maps.target_lengths[example])) == (s, t)
+        assert maps.target_tokens[example, :t].tolist() == alone.target_tokens[0].tolist()
+        for kind, q, k in (("encoder_self", s, s), ("decoder_self", t, t), ("cross", t, s)):
+            np.testing.assert_allclose(maps.weights(kind)[example, :, :, :q, :k],
+                                       alone.weights(kind)[0], atol=1e-5, err_msg=kind)
+
+    s, t = maps.source_lengths.astype(np.int64), maps.target_lengths.astype(np.int64)
+    heads, l_enc, l_dec = maps.num_heads, maps.num_layers("encoder_self"), maps.num_layers("cross")
+    valid_bytes = 4 * heads * int((l_enc * s * s + l_dec * (t * t + t * s)).sum())
+    assert path.stat().st_size <= valid_bytes, (path.stat().st_size, valid_bytes)
+
+    notice = (f"preview of example 1 skipped: {int(s[1])} x {int(t[1])} tokens")
+    assert notice in result.stderr, result.stderr[-3000:]
+    assert list(out.glob("long.attention.ex0.cross.*.png"))
+    assert list(out.glob("long.attention.ex2.cross.*.png"))
+    assert not list(out.glob("long.attention.ex1.*"))
+
+
+def test_hypotheses_are_written_before_the_maps(workdir, tmp_path, monkeypatch):
+    """A failure while recording maps leaves the complete hypothesis file (and no JSON)."""
+    import evaluate as evaluate_module
+    import models.evaluation
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("maps failed")
+
+    monkeypatch.setattr(models.evaluation, "save_attention", fail)
+    lines = _multi30k("test_2016_flickr", "de")[:3]
+    src = tmp_path / "three.de"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(RuntimeError, match="maps failed"):
+        evaluate_module.evaluate(workdir, source=str(src), beam_size=1, save_attention=2,
+                                 name="maps_fail")
+    assert len(_lines(workdir / "eval" / "maps_fail.hyp.txt")) == 3
+    assert not (workdir / "eval" / "maps_fail.json").exists()
