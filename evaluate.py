@@ -87,7 +87,7 @@ from absl import logging as absl_logging
 
 from configs import cli
 from configs.errors import UserError
-from configs.files import write_atomic
+from configs.files import prepare_output_folder, write_atomic
 from data.corpora import DataError, decode_lines, load_corpus, read_lines
 from models.loading import checkpoint_dir, load_params, load_tokenizer
 
@@ -296,13 +296,13 @@ def evaluate(workdir: str | Path, **options) -> dict:
     from models.compilation import enable_compilation_cache
     from models.evaluation import save_attention, score, translate_lines
 
+    out_dir = prepare_output_folder(workdir / EVAL_DIR)  # read-only: fail before decoding
     enable_compilation_cache()
     load_start = time.perf_counter()
     loaded = load_params(workdir, opts.checkpoint, opts.average_last, cfg=cfg,
                          tokenizer=tokenizer)
     load_seconds = time.perf_counter() - load_start
     name = opts.name or default_name(inputs.base, loaded.steps, beam_size)
-    out_dir = workdir / EVAL_DIR
     if cfg.model.positions == "learned":
         longest = max(len(s) for s in tokenizer.encode_source(inputs.sources))
         if 1.5 * longest + 10 > cfg.model.max_positions:

@@ -125,7 +125,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     manager = ckpt.make_manager(checkpoint_dir, cfg.checkpoint.keep)  # drops half-written saves
     if jax.process_index() == 0:
         write_config_json(cfg, workdir)
-        for folder in (workdir, workdir / "attention"):  # files cut off by a kill
+        for folder in (workdir, workdir / "attention", workdir / "eval"):  # cut off by a kill
             remove_stale_temp_files(folder)
     log = MetricsLog(workdir, step)
     params_count = sum(x.size for x in jax.tree.leaves(state["params"]))

@@ -36,7 +36,7 @@ from attention.head_stats import HeadStats, is_punctuation, rarest_flags
 from attention.mapfile import load_maps
 from configs import cli
 from configs.errors import UserError
-from configs.files import require_file, write_atomic
+from configs.files import prepare_output_folder, require_file, write_atomic
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 CURVE_STRIDE = 4  # pruning-curve points every 4 heads, then refined where BLEU falls 0.5
@@ -250,6 +250,7 @@ def analyze_heads(workdir: str | Path, *, split: str = "valid", checkpoint: str 
     sources, targets = load_corpus(cfg.data, split)
     if max_sentences:
         sources, targets = sources[:max_sentences], targets[:max_sentences]
+    out_dir = prepare_output_folder(Path(out) if out else workdir / "eval" / "heads")
     enable_compilation_cache()
     loaded = load_params(workdir, checkpoint, cfg=cfg, tokenizer=tokenizer)
     model, dims = loaded.model, _dims(loaded.model)
@@ -303,7 +304,6 @@ def analyze_heads(workdir: str | Path, *, split: str = "valid", checkpoint: str 
         result["over_training"] = over_training(workdir)
     result["seconds"] = time.perf_counter() - start
 
-    out_dir = Path(out) if out else workdir / "eval" / "heads"
     write_atomic(out_dir / "heads.json", json.dumps(result, indent=1) + "\n")
     for metric in ("importance", "importance_bleu", "importance_grad"):
         head_figures.metric_heatmaps(result, metric, out_dir / f"{metric}.png")

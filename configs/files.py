@@ -192,3 +192,16 @@ def require_file(path: str | os.PathLike, error: type[Exception] = UserError) ->
     if not path.is_file():
         raise error(f"file not found: {path}")
     return path
+
+
+def prepare_output_folder(folder: str | os.PathLike) -> Path:
+    """Creates `folder` if needed, checks that a file can be written in it and removes
+    the temp files a killed writer left there. Called before hours of work that end in
+    a write, so a read-only or full location fails at once (the OSError names the path).
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):
+        pass
+    remove_stale_temp_files(folder)
+    return folder
