@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import logging as std_logging
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -68,6 +67,7 @@ from models.loop import (
 from models.metrics_log import MetricsLog
 from models.training import (
     create_train_state,
+    initialize_distributed,
     learning_rate_schedule,
     make_eval_step,
     make_mesh,
@@ -85,8 +85,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     workdir = Path(workdir)
     validate_config(cfg)
     enable_compilation_cache()
-    if "JAX_COORDINATOR_ADDRESS" in os.environ:  # multi-host launch
-        jax.distributed.initialize()
+    initialize_distributed()  # a multi-process launch (models/training.py)
 
     # 1. Every check runs before anything is written; checkpoints are read through a
     # read-only manager until the restore has succeeded.

@@ -171,6 +171,26 @@ def make_eval_step(graphdef: nnx.GraphDef, label_smoothing: float):
 
 # --- data parallelism -------------------------------------------------------------
 
+def initialize_distributed() -> None:
+    """Joins a multi-process run when one is launched, before any JAX computation.
+
+    With JAX_COORDINATOR_ADDRESS set (host:port of process 0), JAX_NUM_PROCESSES and
+    JAX_PROCESS_ID give this process's place (a manual launch: one command per host);
+    without them JAX detects SLURM, Open MPI or a TPU pod itself. On CPU the processes
+    exchange gradients over gloo. Without JAX_COORDINATOR_ADDRESS, nothing happens.
+    """
+    import os
+
+    if "JAX_COORDINATOR_ADDRESS" not in os.environ:
+        return
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU devices only
+    place = {}
+    if "JAX_NUM_PROCESSES" in os.environ:
+        place = {"num_processes": int(os.environ["JAX_NUM_PROCESSES"]),
+                 "process_id": int(os.environ["JAX_PROCESS_ID"])}
+    jax.distributed.initialize(os.environ["JAX_COORDINATOR_ADDRESS"], **place)
+
+
 def make_mesh() -> Mesh:
     """A 1-D mesh over every device of every process, axis "data"."""
     return Mesh(np.asarray(jax.devices()), ("data",))
