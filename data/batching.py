@@ -190,8 +190,9 @@ def eval_batches(source_ids: Sequence[Sequence[int]],
     little and a too-large batch fails at once, not at the end; a sentence under half
     the length of its batch's longest starts a new batch, so one very long line never
     makes a hundred short ones decode for its budget). Each batch has B = batch_size
-    rounded up to a multiple of `batch_multiple` rows (missing rows all-pad) and S, T
-    rounded up to a multiple of `bucket_step`, which bounds the number of jit shapes.
+    rounded up to a multiple of `batch_multiple` rows (a smaller group: the next power
+    of two; missing rows all-pad) and S, T rounded up to a multiple of `bucket_step`,
+    which bounds the number of jit shapes.
 
     Args:
       source_ids: source id lists (with eos); empty and long ones are kept.
@@ -213,12 +214,15 @@ def eval_batches(source_ids: Sequence[Sequence[int]],
         return max(len(source_ids[i]), len(target_ids[i]) + 1 if target_ids is not None else 0)
 
     for rows in length_groups([length(i) for i in range(n)], size):
+        # A short group (a very long line alone, the tail) gets the next power of two of
+        # rows, not `size`: a handful of shapes, and no hundred filler rows per step.
+        rows_padded = min(size, round_up(1 << (len(rows) - 1).bit_length(), batch_multiple))
         src_len = round_up(max(len(source_ids[i]) for i in rows), bucket_step)
         tgt_len = (round_up(max(len(target_ids[i]) + 1 for i in rows), bucket_step)
                    if target_ids is not None else 0)
-        indices = np.full(size, -1, np.int64)
+        indices = np.full(rows_padded, -1, np.int64)
         indices[:len(rows)] = rows
-        yield make_batch(source_ids, target_ids, rows, size, src_len, tgt_len), indices
+        yield make_batch(source_ids, target_ids, rows, rows_padded, src_len, tgt_len), indices
 
 
 def length_groups(lengths: Sequence[int], batch_size: int, *,

@@ -208,7 +208,7 @@ def greedy_search(model, src, *, max_length: int, return_weights: bool = False,
         tokens=jnp.zeros((batch, steps), jnp.int32),
         lengths=jnp.zeros((batch,), jnp.int32),
         log_probs=jnp.zeros((batch,), jnp.float32),
-        done=jnp.zeros((batch,), bool),
+        done=~src_valid.any(axis=1),  # all-pad filler rows: nothing to decode
         decode_state=state,
         w_self=w_self,
         w_cross=w_cross,
@@ -307,7 +307,7 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
         fin_step=jnp.zeros((batch, k), jnp.int32),
         fin_slot=jnp.zeros((batch, k), jnp.int32),
         fin_tok=jnp.zeros((batch, k), jnp.int32),
-        done=jnp.zeros((batch,), bool),
+        done=~src_valid.any(axis=1),  # all-pad filler rows: nothing to decode
         w_self=w_self,
         w_cross=w_cross,
     )

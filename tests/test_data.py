@@ -407,7 +407,7 @@ def test_eval_batches_keep_every_sentence_and_restore_order():
     for batch, indices in batching.eval_batches(sources, targets, batch_size=3,
                                                 batch_multiple=2):
         b, s = batch["src"].shape
-        assert b == 4 and s % 8 == 0 and batch["tgt_in"].shape[0] == b
+        assert b in (2, 4) and s % 8 == 0 and batch["tgt_in"].shape[0] == b
         assert len(indices) == b and not batch["src"][indices < 0].any()
         for row, i in zip(batch["src"], indices, strict=True):
             if i >= 0:

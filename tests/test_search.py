@@ -469,3 +469,19 @@ def test_no_recompilation():
     second = translate(make_model(1), SRC, beam_size=3, max_length=6)
     assert jitted._cache_size() == after_first
     assert not np.allclose(first.scores, second.scores)
+
+
+def test_filler_rows_are_done_from_the_start():
+    """All-pad rows (eval batches filled up to their size) never hold the loop: a sentence
+    decodes the same beside them, and they produce nothing."""
+    config = ModelConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, num_heads=2,
+                         num_encoder_layers=1, num_decoder_layers=1, d_ff=32, dropout=0.0)
+    model = Transformer(config, rngs=nnx.Rngs(0))
+    src = jnp.array([[5, 6, 7, EOS_ID]])
+    padded = jnp.concatenate([src, jnp.zeros((3, 4), jnp.int32)])
+    for decode in (lambda s: search.greedy_search(model, s, max_length=12),
+                   lambda s: search.beam_search(model, s, beam_size=3, max_length=12)):
+        alone, together = decode(src), decode(padded)
+        np.testing.assert_array_equal(np.asarray(together.tokens[0]), np.asarray(alone.tokens[0]))
+    greedy = search.greedy_search(model, padded, max_length=12)
+    assert np.asarray(greedy.lengths)[1:].tolist() == [0, 0, 0]
