@@ -32,6 +32,10 @@ try:
 except ImportError:  # not POSIX: no locks, the clean-up then takes every leftover
     fcntl = None
 
+# The process umask, read once at import (os.umask can only be read by setting it):
+# mkstemp makes 0600 files, while a file written by plain open() is 0666 & ~umask.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 TEMP_SUFFIX = ".tmp"
 # `.<name>.<random>.tmp`, files and folders: tempfile's random part is 8 characters
 # of [a-z0-9_]; any length is accepted.
@@ -94,6 +98,7 @@ def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX,
                                        dir=path.parent)
             if _lock(fd) and _still_named(fd, tmp):
+                os.fchmod(fd, 0o666 & ~_UMASK)  # readable as open() would make it
                 break
             os.close(fd)
     except OSError as e:

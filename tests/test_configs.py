@@ -317,3 +317,12 @@ def test_atomic_writes_name_the_target_and_leftovers_are_cleaned_unless_live(tmp
         assert all((tmp_path / name).exists() for name in kept)
     assert not live_folder.exists()
     assert [p.name for p in files.remove_stale_temp_files(tmp_path)] == [live.name]
+
+
+def test_atomic_files_get_the_permissions_open_would_give(tmp_path):
+    from configs.files import write_atomic
+
+    path = write_atomic(tmp_path / "a.json", "{}\n")
+    plain = tmp_path / "b.json"
+    plain.write_text("{}\n")
+    assert (path.stat().st_mode & 0o777) == (plain.stat().st_mode & 0o777) != 0o600
