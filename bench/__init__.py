@@ -11,3 +11,24 @@ def write_json(path: Path, result: dict) -> None:
     """Write a benchmark's result as indented JSON, creating the parent folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+
+
+def finish(args, run, print_table) -> dict:
+    """What every benchmark's main does after parsing: `run(args)`, print its table and,
+    with --json, write the result. Bad input (a UserError) is one `error:` line, exit 2."""
+    import sys
+
+    from absl import logging as absl_logging
+
+    from configs.errors import UserError
+
+    absl_logging.set_verbosity(absl_logging.ERROR)  # orbax's read-only-manager chatter
+    try:
+        result = run(args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print_table(result)
+    if args.json:
+        write_json(args.json, result)
+    return result

@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import write_json  # noqa: E402
+from bench import finish  # noqa: E402
 from bench.flops import count_matmul_params  # noqa: E402
 from bench.matmul_peak import DEFAULT_SIZES, device_info, measure_peaks, parse_sizes  # noqa: E402
 from bench.train_throughput import device_peak_mb, peak_rss_mb  # noqa: E402
@@ -180,21 +180,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from absl import logging as absl_logging
-
-    from configs.errors import UserError
-
-    args = parse_args(argv)
-    absl_logging.set_verbosity(absl_logging.ERROR)  # orbax's read-only-manager chatter
-    try:
-        result = run(args)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    print_table(result)
-    if args.json:
-        write_json(args.json, result)
-    return result
+    return finish(parse_args(argv), run, print_table)
 
 
 if __name__ == "__main__":

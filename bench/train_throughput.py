@@ -72,7 +72,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import write_json  # noqa: E402
+from bench import finish  # noqa: E402
 from bench.flops import FLOP_FORMULA, FlopCounter, count_matmul_params, pair_lengths  # noqa: E402
 from bench.matmul_peak import DEFAULT_SIZES, device_info, measure_peaks, parse_sizes  # noqa: E402
 from bench.synthetic import synthetic_batches  # noqa: E402
@@ -369,12 +369,7 @@ def parse_args(argv: list[str] | None = None, description: str | None = None) ->
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    result = run(args)
-    print_table(result)
-    if args.json:
-        write_json(args.json, result)
-    return result
+    return finish(parse_args(argv), run, print_table)
 
 
 if __name__ == "__main__":
