@@ -1,33 +1,31 @@
 """Figures of `python -m attention.heads`: per-kind layers x heads heatmaps of a metric,
-the pruning curve, and head statistics over training steps. Written with the one atomic
-writer, like every other file."""
+the pruning curve, and head statistics over training steps (PNGs through
+`attention.plotting.save_png`, like every other figure)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from configs.files import atomic_file  # noqa: E402
+from attention.plotting import save_png
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 
 
-def _save(fig, path: str | os.PathLike) -> Path:
-    with atomic_file(path) as f:
-        fig.savefig(f, format="png", dpi=110)
-    plt.close(fig)
-    return Path(path)
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
 
 
 def metric_heatmaps(heads: dict, metric: str, path: str | os.PathLike) -> Path:
     """One panel per attention kind: `heads[kind][metric]` [L][H] as a layers x heads grid,
     each cell labelled with its value."""
-    fig, axes = plt.subplots(1, len(KINDS), figsize=(4.2 * len(KINDS), 3.4), squeeze=False)
+    fig = _figure(4.2 * len(KINDS), 3.4)
+    axes = fig.subplots(1, len(KINDS), squeeze=False)
     for ax, kind in zip(axes[0], KINDS, strict=True):
         values = heads[kind][metric]
         image = ax.imshow(values, cmap="viridis", aspect="auto")
@@ -42,25 +40,25 @@ def metric_heatmaps(heads: dict, metric: str, path: str | os.PathLike) -> Path:
         ax.set_yticks(range(len(values)))
         fig.colorbar(image, ax=ax, fraction=0.046)
     fig.suptitle(metric)
-    fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def pruning_curve(curve: list[dict], base_bleu: float, path: str | os.PathLike) -> Path:
     """BLEU against the number of heads removed, with the 0.5-BLEU tolerance drawn."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    fig = _figure(5.5, 3.6)
+    ax = fig.add_subplot()
     ax.plot([p["heads_removed"] for p in curve], [p["bleu"] for p in curve], "o-")
     ax.axhline(base_bleu - 0.5, color="grey", linestyle="--", label="-0.5 BLEU")
     ax.set_xlabel("heads removed (global order of importance)")
     ax.set_ylabel("BLEU")
     ax.legend()
-    fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def over_training(steps: list[dict], path: str | os.PathLike) -> Path:
     """Mean entropy and confidence of each kind's heads at every saved validation step."""
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig = _figure(9, 3.6)
+    axes = fig.subplots(1, 2)
     for kind in KINDS:
         xs = [s["step"] for s in steps]
         axes[0].plot(xs, [s[kind]["entropy_mean"] for s in steps], "o-", label=kind)
@@ -69,5 +67,4 @@ def over_training(steps: list[dict], path: str | os.PathLike) -> Path:
         ax.set_xlabel("training step")
         ax.set_ylabel(name)
         ax.legend()
-    fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path)

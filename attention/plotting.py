@@ -61,28 +61,36 @@ def _side(n: int) -> float:
     return min(max(2.5, 0.28 * n), 30.0)
 
 
+def matrix_figure(matrix: np.ndarray, queries: Sequence[str], keys: Sequence[str], *,
+                  xlabel: str, ylabel: str, title: str,
+                  colorbar_label: str = "attention weight") -> Figure:
+    """Figure of one matrix [Q, K] with token labels on both axes, a colorbar and a title."""
+    fig = Figure(figsize=(_side(len(keys)) + 2.0, _side(len(queries)) + 1.8), dpi=100,
+                 layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    image = _draw(ax, matrix, queries, keys, fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    fig.colorbar(image, ax=ax, label=colorbar_label)
+    return fig
+
+
 def heatmap_figure(maps: AttentionMaps, example: int, kind: str, layer: int | str = "mean",
                    head: int | str = "mean") -> Figure:
     """Figure of one map (valid region [Q, K]) with token labels, colorbar and title.
 
     `layer` / `head`: an index or "mean". Raises IndexError / ValueError on a bad choice.
     """
-    matrix = maps.matrix(example, kind, layer, head)  # [Q, K]
-    queries, keys = maps.query_tokens(example, kind), maps.key_tokens(example, kind)
-    fig = Figure(figsize=(_side(len(keys)) + 2.0, _side(len(queries)) + 1.8), dpi=100,
-                 layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    image = _draw(ax, matrix, queries, keys, fontsize=9)
     ylabel, xlabel = AXIS_NAMES[kind]
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(heatmap_title(maps, example, kind, layer, head), fontsize=10)
-    fig.colorbar(image, ax=ax, label="attention weight")
-    return fig
+    return matrix_figure(maps.matrix(example, kind, layer, head),  # [Q, K]
+                         maps.query_tokens(example, kind), maps.key_tokens(example, kind),
+                         xlabel=xlabel, ylabel=ylabel,
+                         title=heatmap_title(maps, example, kind, layer, head))
 
 
-def _save(fig: Figure, out_path: str | os.PathLike) -> Path:
+def save_png(fig: Figure, out_path: str | os.PathLike) -> Path:
     """Write `fig` as a PNG atomically (`configs.files.atomic_file`); returns the path."""
     with atomic_file(out_path) as f:
         fig.savefig(f, format="png")  # a file object has no suffix to infer the format from
@@ -92,7 +100,7 @@ def _save(fig: Figure, out_path: str | os.PathLike) -> Path:
 def plot_heatmap(maps: AttentionMaps, example: int, kind: str, layer: int | str,
                  head: int | str, out_path: str | os.PathLike) -> Path:
     """Write the heatmap of one example / kind / layer / head as a PNG; returns the path."""
-    return _save(heatmap_figure(maps, example, kind, layer, head), out_path)
+    return save_png(heatmap_figure(maps, example, kind, layer, head), out_path)
 
 
 def head_grid_figure(maps: AttentionMaps, example: int, kind: str,
@@ -125,7 +133,7 @@ def head_grid_figure(maps: AttentionMaps, example: int, kind: str,
 def plot_head_grid(maps: AttentionMaps, example: int, kind: str, layer: int | str,
                    out_path: str | os.PathLike) -> Path:
     """Write the grid of all heads of one layer as a PNG; returns the path."""
-    return _save(head_grid_figure(maps, example, kind, layer), out_path)
+    return save_png(head_grid_figure(maps, example, kind, layer), out_path)
 
 
 def heatmap_image_array(maps: AttentionMaps, example: int, kind: str = "cross",

@@ -25,8 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from configs.files import atomic_file
-
 
 def rollout(weights: np.ndarray, valid_length: int | None = None,
             head: int | str | Sequence[int] = "mean", residual: bool = True) -> np.ndarray:
@@ -82,30 +80,11 @@ def rollout(weights: np.ndarray, valid_length: int | None = None,
 
 def plot_rollout(matrix: np.ndarray, tokens: Sequence[str], out_path: str | os.PathLike,
                  title: str) -> Path:
-    """Write `matrix` [n, n] (queries = rows, input tokens = columns) as a labelled PNG.
+    """Write `matrix` [n, n] (queries = rows, input tokens = columns) as a labelled PNG."""
+    from attention.plotting import matrix_figure, save_png
 
-    A generic "matrix with token labels" drawing: attention/plotting.py draws maps of an
-    AttentionMaps only, and a rollout is not one of its layer/head selections.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    n = len(tokens)
-    if matrix.shape != (n, n):
-        raise ValueError(f"matrix {matrix.shape} does not match {n} tokens")
-    side = min(max(2.5, 0.28 * n), 30.0)  # inches: readable when short, bounded when long
-    fig = Figure(figsize=(side + 2.0, side + 1.8), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=max(float(matrix.max()), 1e-6),
-                      aspect="auto", interpolation="nearest")
-    ax.set_xticks(range(n), labels=list(tokens), rotation=90, fontsize=9)
-    ax.set_yticks(range(n), labels=list(tokens), fontsize=9)
-    ax.tick_params(length=0)
-    ax.set_xlabel("source, input token")
-    ax.set_ylabel("source, top-layer position")
-    ax.set_title(title, fontsize=10)
-    fig.colorbar(image, ax=ax, label="rolled-out attention")
-    with atomic_file(out_path) as f:
-        fig.savefig(f, format="png")  # a file object has no suffix to infer the format from
-    return Path(out_path)
+    if matrix.shape != (len(tokens), len(tokens)):
+        raise ValueError(f"matrix {matrix.shape} does not match {len(tokens)} tokens")
+    return save_png(matrix_figure(matrix, tokens, tokens, xlabel="source, input token",
+                                  ylabel="source, top-layer position", title=title,
+                                  colorbar_label="rolled-out attention"), out_path)

@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> dict:
     from attention.mapfile import load_maps
     from bench.train_throughput import peak_rss_mb
     from evaluate import EVAL_DIR, evaluate
+    from models.evaluation import MAX_PREVIEW_EXAMPLES
 
     workdir = Path(args.workdir)
     out_dir = workdir / EVAL_DIR
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> dict:
     maps = load_maps(result["files"]["attention"])
     previews = sorted(p.name for p in out_dir.glob(f"{stem}.ex*.png"))
     drawn = {int(name[len(stem) + 3:].split(".")[0]) for name in previews}
-    shown = min(maps.num_examples, 8)  # models.evaluation.MAX_PREVIEW_EXAMPLES
+    shown = min(maps.num_examples, MAX_PREVIEW_EXAMPLES)
     return {
         "workdir": str(workdir),
         "checkpoint_step": result["checkpoint_step"],
