@@ -37,6 +37,7 @@ from attention.mapfile import load_maps
 from configs import cli
 from configs.errors import UserError
 from configs.files import prepare_output_folder, require_file, write_atomic
+from data.tokenizer import PAD_ID
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 CURVE_STRIDE = 4  # pruning-curve points every 4 heads, then refined where BLEU falls 0.5
@@ -98,7 +99,7 @@ class MaskedEval:
             model = nnx.merge(self.graphdef, state)
             logits, _ = model(batch["src"], batch["tgt_in"], head_mask=row_masks)
             _, nll = token_losses(logits, batch["tgt_out"], 0.0)
-            weights = (batch["tgt_out"] != 0).astype(nll.dtype)
+            weights = (batch["tgt_out"] != PAD_ID).astype(nll.dtype)
             per_sentence = (nll * weights).sum(1) / jnp.maximum(weights.sum(1), 1.0)
             return per_sentence.sum()
 
@@ -120,7 +121,7 @@ class MaskedEval:
             rows = batch["src"].shape[0]
             ones = {k: np.ones((d[0], rows, d[1]), np.float32) for k, d in dims.items()}
             grads = self._row_grad(ones, self.state, batch)
-            real = np.asarray(batch["src"] != 0).any(axis=1)  # padding rows have no loss
+            real = np.asarray(batch["src"] != PAD_ID).any(axis=1)  # filler rows: no loss
             for k in dims:
                 sums[k] += np.abs(np.asarray(grads[k]))[:, real].sum(axis=1)
         return {k: v / len(self.src_ids) for k, v in sums.items()}
