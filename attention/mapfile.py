@@ -37,6 +37,7 @@ maps are those of the returned hypothesis.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import zipfile
 import zlib
@@ -209,13 +210,15 @@ def load_maps(path: str | os.PathLike) -> AttentionMaps:
     """Read and format-check a map file (never unpickles anything).
 
     Raises:
-      FileNotFoundError: no such file.
+      FileNotFoundError / IsADirectoryError: no such file, or a folder (naming the path,
+        so the command lines word it like every OSError on a user path).
       MapFormatError: not an .npz, an object array, a missing array, a wrong rank or
         dtype, inconsistent N/L/H/S/T, lengths out of range. One line naming the file.
     """
     name = str(path)
     if not Path(path).is_file():
-        raise FileNotFoundError(f"{name}: no such file")
+        code = errno.EISDIR if Path(path).is_dir() else errno.ENOENT
+        raise OSError(code, os.strerror(code), name)  # the subclass OSError picks
     try:
         z = np.load(path, allow_pickle=False)
         if not isinstance(z, np.lib.npyio.NpzFile):  # a bare .npy array

@@ -55,10 +55,6 @@ CONFIG_JSON = "config.json"
 # Exceptions that are the user's doing, reported without a traceback. An OSError is
 # the user's too when it names a path (see `user_error_message`).
 USER_ERRORS = (UserError,)
-# OSErrors raised by hand with only a message for the user (no errno, no path), e.g.
-# attention.mapfile.load_maps's FileNotFoundError("x.npz: no such file"): their message.
-_MESSAGE_ONLY_OS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError,
-                           PermissionError)
 # What an OSError on a path means, in words, by errno ({path}: the path as given).
 _OS_ERROR_WORDS = {
     errno.ENOENT: "no such file or folder: {path}",
@@ -278,16 +274,13 @@ def user_error_message(error: BaseException) -> str | None:
 
     User errors: `UserError` (DataError, MapFormatError, ... included); an OSError that
     names a path (the user's input or output: missing, read-only, not a folder, full
-    disk), described by `describe_os_error`; a message-only FileNotFoundError (and kin)
-    raised by hand for the user. An OSError without a path stays a bug.
+    disk), described by `describe_os_error`. An OSError without a path stays a bug.
     """
     if isinstance(error, USER_ERRORS):
         return str(error) or type(error).__name__
-    if isinstance(error, OSError):
-        if error.errno is not None and isinstance(error.filename, (str, bytes, os.PathLike)):
-            return describe_os_error(error)
-        if error.errno is None and isinstance(error, _MESSAGE_ONLY_OS_ERRORS) and str(error):
-            return str(error)
+    if (isinstance(error, OSError) and error.errno is not None
+            and isinstance(error.filename, (str, bytes, os.PathLike))):
+        return describe_os_error(error)
     return None
 
 

@@ -240,12 +240,14 @@ def test_main_guard_describes_os_errors_on_paths(capsys, monkeypatch):
         f"{__file__} is a file, not a folder")
 
     @cli.main_guard
-    def by_hand(argv):  # attention.mapfile.load_maps raises it like this
-        raise FileNotFoundError("maps.npz: no such file")
+    def missing_map_file(argv):  # attention.mapfile.load_maps names the path like any OSError
+        from attention.mapfile import load_maps
+
+        load_maps("maps.npz")
 
     with pytest.raises(SystemExit):
-        by_hand(["prog"])
-    assert capsys.readouterr().err == "error: maps.npz: no such file\n"
+        missing_map_file(["prog"])
+    assert capsys.readouterr().err == "error: no such file or folder: maps.npz\n"
 
     @cli.main_guard
     def bug(argv):
