@@ -108,10 +108,10 @@ def translate_ids(
     """
     graphdef, state = nnx.split(model)
     outputs, orders = [], []
-    batches = eval_batches(source_ids, batch_size=batch_size, bucket_step=bucket_step)
-    total = -(-len(source_ids) // batch_size)
-    for batch, indices in tqdm(batches, total=total, disable=not progress, desc="decode",
-                               unit="batch", dynamic_ncols=True):
+    # Listed first: the length groups, not len / batch_size, give the progress bar's total.
+    batches = list(eval_batches(source_ids, batch_size=batch_size, bucket_step=bucket_step))
+    for batch, indices in tqdm(batches, disable=not progress, desc="decode", unit="batch",
+                               dynamic_ncols=True):
         result = translate_split(graphdef, state, batch["src"], beam_size=beam_size,
                                  length_penalty=length_penalty)
         outputs.append(to_token_lists(jax.device_get(result)))
