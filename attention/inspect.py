@@ -3,8 +3,8 @@
     python -m attention.inspect FILE.npz [--example I] [--kind cross|encoder_self|decoder_self]
         [--layer L|mean] [--head H|mean] [--out fig.png] [--grid | --rollout]
         [--html out.html [--heads_json heads.json]]
-        [--align [--gold gold.talp] [--words] [--shift] [--layers 2,3] [--heads mean]
-         [--keep-eos]]
+        [--align] [--gold gold.talp] [--words] [--shift] [--layers 2,3] [--heads mean]
+        [--keep-eos]
     python -m attention.inspect --html out.html [--heads_json heads.json] FILE.npz FILE.npz ...
 
 Without --out / --html / --align it writes `<stem>.ex<I>.<kind>.<layer>.<head>.png`
@@ -22,6 +22,15 @@ view). Several FILEs (e.g. a run's `attention/valid_step*_teacher_forced.npz`) g
 `AER = x.xxxx (N sentences)`. Layers and heads are 0-indexed (negative counts from the
 end). With --align the paths of written files go to stderr so stdout holds only
 alignments.
+
+Alignment overlay: with --align or --gold, the cross-attention PNG (--kind cross, not
+--grid / --rollout; with --align only when --out is given) shows the map the links are
+read from (--layers / --heads, --shift; `plotting.alignment_matrix`: one row per target
+piece, or word with --words: a word's source pieces summed, its target pieces averaged)
+with gold sure / possible links as squares and the predicted links as dots, and the
+sentence's AER in the title; --html draws the same links on every example's
+cross-attention (toggle "show alignments"). --gold alone (no --align) draws, prints no
+alignments; gold line i + 1 goes with example i.
 
 Flags follow the absl convention of `configs/cli.py` (`--flag value` or `--flag=value`,
 `--noflag` for booleans, `--debug` for tracebacks). Bad input gives one `error: ...` line
@@ -75,9 +84,10 @@ def define_flags() -> None:
     flags.DEFINE_bool("words", False, "Merge pieces into words.")
     flags.DEFINE_bool("shift", False, "Read the row where the target word is the decoder "
                       "input (Chen et al. 2020).")
-    flags.DEFINE_string("layers", None, "Layers to average for --align: '2,3', '-2' or "
-                        "'mean' (default: --layer).")
-    flags.DEFINE_string("heads", None, "Heads to average for --align (default: --head).")
+    flags.DEFINE_string("layers", None, "Layers to average for --align / --gold: '2,3', '-2' "
+                        "or 'mean' (default: --layer).")
+    flags.DEFINE_string("heads", None, "Heads to average for --align / --gold (default: "
+                        "--head).")
     flags.DEFINE_bool("keep-eos", False, "Let </s> win the argmax (such target tokens stay "
                       "unaligned).")
 
@@ -149,6 +159,42 @@ def _read_gold(gold: str, needed: int) -> list:
     return links
 
 
+def _check_gold_fits(gold: str, links: list, maps: AttentionMaps, name: str,
+                     examples: Sequence[int]) -> None:
+    """UserError when a gold line links a word past its example's sentence (gold of
+    other sentences): the overlay could not draw it."""
+    from attention.plotting import token_groups
+
+    for i in examples:
+        n_src = len(token_groups(maps.key_tokens(i, "cross"), words=True))
+        n_tgt = len(token_groups(maps.query_tokens(i, "cross"), words=True))
+        sure, possible = links[i]
+        for s, t in sorted(set(sure) | set(possible)):
+            if s >= n_src or t >= n_tgt:
+                raise UserError(f"--gold {gold} line {i + 1} links words {s + 1}-{t + 1} but "
+                                f"example {i} of {name} has {n_src} source and {n_tgt} target "
+                                "words: is the gold file for these sentences?")
+
+
+def _overlay_figure(maps: AttentionMaps, example: int, settings: dict, words: bool,
+                    gold: tuple[set, set] | None):
+    """The cross-attention PNG figure of one example with its predicted links (the
+    `extract_alignment` `settings` and `words`) and gold links; with --words the
+    sentence's AER in the title (gold links are words: pieces would not score)."""
+    from attention.plotting import alignment_overlay_figure
+
+    predicted = extract_alignment(maps, example, words=words, **settings)
+    note = ""
+    if gold is not None and words:
+        try:
+            note = f"AER {aer([predicted], [gold]):.3f}"
+        except ValueError:  # no predicted and no sure link
+            note = "AER n/a"
+    return alignment_overlay_figure(maps, example, layers=settings["layers"],
+                                    heads=settings["heads"], shift=settings["shift"],
+                                    words=words, predicted=predicted, gold=gold, note=note)
+
+
 def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int | None = None,
         kind: str = "cross", layer: str = "mean", head: str = "mean", out: str | None = None,
         grid: bool = False, rollout: bool = False, html: str | None = None,
@@ -168,11 +214,11 @@ def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int |
         written, or an output that cannot be written.
       FileNotFoundError: `file` does not exist.
     """
-    align_only = [f for f, on in (("--gold", gold), ("--words", words), ("--shift", shift),
+    align_only = [f for f, on in (("--words", words), ("--shift", shift),
                                   ("--layers", layers), ("--heads", heads),
                                   ("--keep-eos", keep_eos)) if on]
-    if align_only and not align:
-        raise UserError(f"{align_only[0]} only applies with --align")
+    if align_only and not (align or gold):
+        raise UserError(f"{align_only[0]} only applies with --align or --gold")
     if heads_json and not html:
         raise UserError("--heads_json only applies with --html")
     if rollout and grid:
@@ -202,25 +248,45 @@ def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int |
     head_i = _one(head, n_heads, "--head", f"the model has {n_heads} heads")
     chosen = 0 if example is None else example
     _check_example(maps, chosen, name)
+    # The PNG heatmap gets the links (with --align only when asked for by --out).
+    png_links = bool((align or gold) and kind == "cross" and not (grid or rollout) and (
+        out or not (html or align)))
+    if gold and not (align or html or png_links):
+        raise UserError("--gold without --align draws links on the cross-attention: give "
+                        "--kind cross (a PNG, not --grid / --rollout) or --html")
 
     lines: list[str] = []
-    if align:
+    overlay = None
+    if align or gold:
         n_cross = maps.num_layers("cross")
         layer_sel = _many(layers or layer, n_cross, "--layers", f"cross has {n_cross} layers")
         head_sel = _many(heads or head, n_heads, "--heads", f"the model has {n_heads} heads")
+        settings = dict(layers=layer_sel, heads=head_sel, shift=shift, skip_eos=not keep_eos)
         examples = list(range(maps.num_examples)) if example is None else [chosen]
-        hyps = [extract_alignment(maps, i, layers=layer_sel, heads=head_sel, shift=shift,
-                                  skip_eos=not keep_eos, words=words)
-                for i in examples]
-        lines += [format_pharaoh(h) for h in hyps]
+        links = None
         if gold:
-            links = _read_gold(gold, examples[-1] + 1)
-            lines.append(f"AER = {aer(hyps, [links[i] for i in examples]):.4f} "
-                         f"({len(examples)} sentences)")
+            links = _read_gold(gold, max(examples[-1] + 1 if align else 0,
+                                         chosen + 1 if png_links else 0,
+                                         *(m.num_examples for m in every if html)))
+            if png_links:
+                _check_gold_fits(gold, links, maps, name, [chosen])
+            for m, label in zip(every if html else [], _names(paths), strict=False):
+                _check_gold_fits(gold, links, m, label, range(m.num_examples))
+        if align:
+            hyps = [extract_alignment(maps, i, words=words, **settings) for i in examples]
+            lines += [format_pharaoh(h) for h in hyps]
+            if gold:
+                lines.append(f"AER = {aer(hyps, [links[i] for i in examples]):.4f} "
+                             f"({len(examples)} sentences)")
+        if html:
+            from attention.viewer import AlignmentOverlay
+
+            overlay = AlignmentOverlay(gold=links, gold_file=Path(gold).name if gold else "",
+                                       words=words, **settings)
 
     # Imported only now: matplotlib is most of the start-up time, and bad input (the
     # common short run) is reported before it is needed.
-    from attention.plotting import plot_head_grid, plot_heatmap, png_name
+    from attention.plotting import plot_head_grid, plot_heatmap, png_name, save_png
     from attention.viewer import check_same_model, load_head_stats, write_html
 
     writers = []  # (flag, path, write): all input is checked before the first write
@@ -233,7 +299,7 @@ def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int |
                  f"Attention maps: {len(every)} files, steps {steps[0]}..{steps[-1]}")
         writers.append(("--html", html, lambda p: write_html(
             every, p, title=title, names=names, head_stats=stats,
-            head_stats_name=Path(heads_json).name if heads_json else "")))
+            head_stats_name=Path(heads_json).name if heads_json else "", overlay=overlay)))
     if rollout:
         target = out or path.with_name(f"{path.stem}.ex{chosen}.encoder_self.rollout.png")
         writers.append(("--out", target, lambda p: _plot_rollout(maps, chosen, layer_i, head_i, p)))
@@ -242,6 +308,12 @@ def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int |
             target = out or path.with_name(f"{path.stem}.ex{chosen}.{kind}.{layer_i}.heads.png")
             writers.append(("--out", target,
                             lambda p: plot_head_grid(maps, chosen, kind, layer_i, p)))
+        elif png_links:
+            sel = [v if isinstance(v, str) else "-".join(map(str, v)) for v in (layer_sel, head_sel)]
+            target = out or path.with_name(f"{path.stem}.ex{chosen}.cross.{sel[0]}.{sel[1]}"
+                                           ".links.png")
+            writers.append(("--out", target, lambda p: save_png(_overlay_figure(
+                maps, chosen, settings, words, links[chosen] if gold else None), p)))
         else:
             target = out or path.with_name(png_name(path.stem, chosen, kind, layer_i, head_i))
             writers.append(("--out", target,

@@ -18,22 +18,49 @@ with token labels on both axes, one `td.cell` per query-key pair of the valid re
 hovering a cell shows the query token, key token and weight in `#tooltip`. Weights are
 stored in thousandths (3 decimals) to keep files small; the layer / head means are
 computed in the page from those.
+
+Alignment overlay (`overlay=AlignmentOverlay(...)`, `inspect --html --gold` / `--align`):
+on the cross-attention only, `#show-align` (checked by default) draws each example's
+links on `#heatmap` as `span.mark` children of the cells: `.sure` (solid red box) and
+`.possible` (dashed orange box) for the gold links (a word pair marks every cell of its
+pieces), `.predicted` (white dot) on the argmax cell of each target piece (the links
+of `extract_alignment` with the overlay's layers / heads / shift / keep-eos; with
+`words` two words are linked where any of their pieces are). A link of target token j
+is drawn on the row that alignment reads: the row predicting it (j - 1 in the map's
+positions) or, with `shift`, the row where it is the decoder input. `#align-legend`
+explains the marks and gives the sentence's AER; the tooltip names a cell's links.
+
+Page data (`page_data`), JSON:
+  {"kinds": [...], "layers": {kind: L}, "heads": H, "axes": {kind: [rows, columns]},
+   "head_stats": {kind: {metric: [L][H]}} | null, "head_stats_file": str,
+   "alignment": null | {"gold_file": str, "layers": str, "heads": str, "shift": bool,
+                        "words": bool, "keep_eos": bool},
+   "steps": [{"step": int, "decode": str, "file": str, "examples": [
+       {"source": [S tokens], "target": [T tokens],
+        "maps": {kind: [L][H][Q*K] ints, weights in thousandths, row-major},
+        "links": {"predicted": [[q, k], ...], "sure": [[q, k], ...],
+                  "possible": [[q, k], ...], "aer": float | null}}]}]}
+"links" only with an overlay, "sure" / "possible" / "aer" only with gold; [q, k] are the
+cell's row (target position, 0 = <s>) and column (source position) in the map.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from attention.alignment import aer, extract_alignment
 from attention.mapfile import DECODE_MODES, KINDS, AttentionMaps
-from attention.plotting import AXIS_NAMES
+from attention.plotting import AXIS_NAMES, token_groups
 from configs.errors import UserError
 from configs.files import write_atomic
 
@@ -71,6 +98,65 @@ def viewer_data(maps: AttentionMaps) -> dict:
         "axes": {kind: list(AXIS_NAMES[kind]) for kind in kinds},
         "examples": examples,
     }
+
+
+@dataclass(frozen=True)
+class AlignmentOverlay:
+    """The alignment links the viewer draws on the cross-attention (module docstring).
+
+    gold: (sure, possible) word links per sentence as from `read_talp`, line i for
+      example i of every map file, or None (predicted links only); gold_file: its name.
+    layers, heads, shift, skip_eos, words: the settings of `extract_alignment` for the
+      predicted links (and the AER against gold).
+    """
+
+    gold: Sequence[tuple[set, set]] | None = None
+    gold_file: str = ""
+    layers: int | str | Sequence[int] = "mean"
+    heads: int | str | Sequence[int] = "mean"
+    shift: bool = False
+    skip_eos: bool = True
+    words: bool = False
+
+    def settings(self) -> dict:
+        """The page's "alignment" entry."""
+        def text(v) -> str:
+            return str(v) if isinstance(v, str | int) else ",".join(map(str, v))
+
+        return {"gold_file": self.gold_file if self.gold is not None else "",
+                "layers": text(self.layers), "heads": text(self.heads), "shift": self.shift,
+                "words": self.words, "keep_eos": not self.skip_eos}
+
+
+def alignment_cells(maps: AttentionMaps, example: int, overlay: AlignmentOverlay) -> dict:
+    """The cross-attention cells [q, k] to mark for one example (module docstring):
+    {"predicted": [...]} plus, with gold, "sure", "possible" (those not also sure) and the
+    sentence's "aer" of the word links (None without `words` or where undefined). Gold
+    links past the sentence are left out."""
+    src, tgt = maps.key_tokens(example, "cross"), maps.query_tokens(example, "cross")
+    shift = int(overlay.shift)
+    options = dict(layers=overlay.layers, heads=overlay.heads, shift=overlay.shift,
+                   skip_eos=overlay.skip_eos)
+    pieces = extract_alignment(maps, example, words=False, **options)
+    src_at, tgt_at = token_groups(src), token_groups(tgt)  # real piece -> [position]
+    out: dict = {"predicted": sorted([tgt_at[j][0] - 1 + shift, src_at[i][0]] for i, j in pieces)}
+    if overlay.gold is None:
+        return out
+    sure, possible = (set(links) for links in overlay.gold[example])
+    src_words, tgt_words = token_groups(src, words=True), token_groups(tgt, words=True)
+
+    def cells(links: set) -> list[list[int]]:
+        return sorted([p - 1 + shift, c] for i, j in links
+                      if i < len(src_words) and j < len(tgt_words)
+                      for p in tgt_words[j] for c in src_words[i])
+
+    out["sure"], out["possible"] = cells(sure), cells(possible - sure)
+    out["aer"] = None  # gold links are words: predicted pieces would not score
+    if overlay.words:
+        hyp = extract_alignment(maps, example, words=True, **options)
+        with contextlib.suppress(ValueError):  # no predicted and no sure link: None
+            out["aer"] = round(aer([hyp], [(sure, possible)]), 4)
+    return out
 
 
 def _number(value) -> float | None:
@@ -159,10 +245,13 @@ def check_same_model(maps: Sequence[AttentionMaps], names: Sequence[str]) -> Non
 
 
 def page_data(maps: Sequence[AttentionMaps], names: Sequence[str],
-              head_stats: Mapping | None = None, head_stats_name: str = "") -> dict:
-    """The JSON-able payload of the page: one entry of `steps` per map file, in order of
-    (step, decode mode, given order), each {"step", "decode", "file", "examples"} with the
-    examples of `viewer_data`; `head_stats` as returned by `head_stats_from` (or None)."""
+              head_stats: Mapping | None = None, head_stats_name: str = "",
+              overlay: AlignmentOverlay | None = None) -> dict:
+    """The JSON-able payload of the page (module docstring): one entry of `steps` per map
+    file, in order of (step, decode mode, given order), each {"step", "decode", "file",
+    "examples"} with the examples of `viewer_data`, plus their "links"
+    (`alignment_cells`) with an `overlay`; `head_stats` as returned by `head_stats_from`
+    (or None)."""
     if not maps or len(maps) != len(names):
         raise ValueError(f"{len(maps)} maps but {len(names)} names")
     check_same_model(maps, names)
@@ -171,16 +260,20 @@ def page_data(maps: Sequence[AttentionMaps], names: Sequence[str],
     steps = []
     for i in order:
         data = viewer_data(maps[i])
+        if overlay is not None:
+            for example, entry in enumerate(data["examples"]):
+                entry["links"] = alignment_cells(maps[i], example, overlay)
         steps.append({"step": data.pop("step"), "decode": data.pop("decode"),
                       "file": str(names[i]), "examples": data.pop("examples")})
     # What is left of viewer_data (kinds, layers, heads, axes) is the same for every file.
     return {**data, "steps": steps, "head_stats": None if head_stats is None else dict(head_stats),
-            "head_stats_file": head_stats_name}
+            "head_stats_file": head_stats_name,
+            "alignment": None if overlay is None else overlay.settings()}
 
 
 def render_html(maps: AttentionMaps | Sequence[AttentionMaps], title: str = "Attention maps", *,
                 names: Sequence[str] | None = None, head_stats: Mapping | None = None,
-                head_stats_name: str = "") -> str:
+                head_stats_name: str = "", overlay: AlignmentOverlay | None = None) -> str:
     """The complete HTML document as a string.
 
     Args:
@@ -188,10 +281,11 @@ def render_html(maps: AttentionMaps | Sequence[AttentionMaps], title: str = "Att
       names: a label per maps (the file names); default "step N".
       head_stats: per-head figures from `load_head_stats` / `head_stats_from`, or None;
         head_stats_name: where they came from, shown in the page.
+      overlay: alignment links to draw on the cross-attention, or None.
     """
     many = [maps] if isinstance(maps, AttentionMaps) else list(maps)
     names = list(names) if names is not None else [f"step {m.step}" for m in many]
-    payload = json.dumps(page_data(many, names, head_stats, head_stats_name),
+    payload = json.dumps(page_data(many, names, head_stats, head_stats_name, overlay),
                          ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     # Inside <script> only "</" could end the element early; \u003c keeps JSON valid.
     payload = payload.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace(

@@ -1,6 +1,7 @@
 // The script of the attention viewer (attention/viewer.py inlines it into the page).
 // DATA (see viewer.page_data): steps[s].examples[i].maps[kind][layer][head] = flat
-// row-major Q*K weights in thousandths; head_stats[kind][metric] = [L][H] numbers or null.
+// row-major Q*K weights in thousandths; head_stats[kind][metric] = [L][H] numbers or null;
+// with alignment (settings), examples[i].links = {predicted, sure, possible: [[q, k]], aer}.
 "use strict";
 const DATA = JSON.parse(document.getElementById("data").textContent);
 const $ = (id) => document.getElementById(id);
@@ -74,6 +75,7 @@ function renderHeatmap() {
     th.textContent = k; th.dataset.k = j; headRow.appendChild(th);
   });
   const body = table.createTBody();
+  const cells = [];
   qs.forEach((q, i) => {
     const tr = body.insertRow();
     const th = document.createElement("th");
@@ -84,8 +86,10 @@ function renderHeatmap() {
       td.className = "cell"; td.dataset.q = i; td.dataset.k = j;
       td.dataset.w = w.toFixed(3);
       td.style.background = ramp(VIRIDIS, w / vmax);
+      cells.push(td);
     });
   });
+  drawLinks(ex, kind, cells, qs.length, ks.length);
   Object.assign(table.dataset, {example: $("example").value, kind: kind, layer: layer,
                                 head: head, rows: qs.length, cols: ks.length, step: step.step});
   $("main-title").textContent = kind + " \u00b7 layer " + layer + " \u00b7 head " + head +
@@ -93,6 +97,45 @@ function renderHeatmap() {
   const names = DATA.axes[kind];
   $("axes").textContent = "rows: " + names[0] + " \u00b7 columns: " + names[1] +
     " \u00b7 colour scale 0 .. " + vmax.toFixed(3);
+}
+
+// Alignment links on the cross-attention (viewer.alignment_cells): gold boxes and predicted
+// dots as span.mark children of the cells [q, k], and the legend that explains them.
+const LINKS = [["sure", "gold sure"], ["possible", "gold possible"], ["predicted", "predicted"]];
+function legendKey(name, text) {
+  const key = document.createElement("span"), mark = document.createElement("span");
+  key.className = "key"; mark.className = "mark " + name;
+  key.appendChild(mark);
+  return [key, text];
+}
+function drawLinks(ex, kind, cells, rows, cols) {
+  const al = DATA.alignment, legend = $("align-legend");
+  const on = Boolean(al) && kind === "cross" && Boolean(ex.links);
+  $("show-align").disabled = !on;
+  legend.textContent = "";
+  legend.hidden = !(on && $("show-align").checked);
+  if (legend.hidden) return;
+  for (const [name, text] of LINKS) for (const [q, k] of ex.links[name] || []) {
+    if (q >= rows || k >= cols) continue;
+    const td = cells[q * cols + k], mark = document.createElement("span");
+    mark.className = "mark " + name;
+    td.appendChild(mark);
+    td.dataset.links = (td.dataset.links ? td.dataset.links + ", " : "") + text;
+  }
+  const gold = al.gold_file !== "";
+  for (const [name, text] of LINKS.slice(gold ? 0 : 2)) legend.append(...legendKey(name, text));
+  const example = Number($("example").value);
+  legend.append(document.createElement("br"),
+    "predicted: the argmax source piece of each target piece (layers " + al.layers +
+    " \u00b7 heads " + al.heads + (al.keep_eos ? " \u00b7 </s> may win" : "") + ")" +
+    (gold ? " \u00b7 gold: " + al.gold_file + " line " + (example + 1) +
+     (al.words ? "" : " (each word pair marks all its pieces)") +
+     " \u00b7 AER of this sentence " + (!al.words ? "with --words" :
+                                         ex.links.aer === null ? "n/a" : ex.links.aer.toFixed(3))
+     : ""),
+    document.createElement("br"),
+    "a target token's links sit on the row " + (al.shift ?
+      "where it is the decoder input (shift)" : "that predicts it (one row above its label)"));
 }
 
 // One small multiple: a canvas with one px-sized square per query-key pair.
@@ -248,7 +291,8 @@ function hover(ev) {
   const [qs, ks] = tokens(ex, kind);
   const q = Number(td.dataset.q), k = Number(td.dataset.k);
   tip.textContent = "query " + q + " \u201c" + qs[q] + "\u201d \u2192 key " + k +
-    " \u201c" + ks[k] + "\u201d: " + td.dataset.w;
+    " \u201c" + ks[k] + "\u201d: " + td.dataset.w +
+    (td.dataset.links ? " \u00b7 " + td.dataset.links : "");
   tip.style.left = (ev.clientX + 14) + "px";
   tip.style.top = (ev.clientY + 14) + "px";
   tip.style.display = "block";
@@ -259,6 +303,7 @@ function hover(ev) {
 $("step").max = DATA.steps.length - 1;
 $("step-control").hidden = DATA.steps.length < 2;
 $("metric-control").hidden = !DATA.head_stats;
+$("align-control").hidden = !DATA.alignment;
 fill($("kind"), DATA.kinds, DATA.kinds, false);
 fill($("head"), ["mean", ...range(DATA.heads)], ["mean", ...range(DATA.heads).map(String)], false);
 $("step").addEventListener("input", () => { fillStep(); render(); });
@@ -267,6 +312,7 @@ $("kind").addEventListener("change", () => { fillKind(); render(); });
 $("layer").addEventListener("change", () => { renderHeatmap(); decorate(); });
 $("head").addEventListener("change", () => { renderHeatmap(); decorate(); });
 $("metric").addEventListener("change", decorate);
+$("show-align").addEventListener("change", renderHeatmap);
 $("model-view").addEventListener("click", onPick);
 $("heatmap").addEventListener("mousemove", hover);
 $("heatmap").addEventListener("mouseleave", () => { $("tooltip").style.display = "none"; });

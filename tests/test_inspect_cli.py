@@ -255,6 +255,7 @@ def _bad_inputs(tmp_path: Path, map_file: Path) -> dict[str, list[str]]:
     np.savez(tmp_path / "other.npz", weights=np.zeros(3))
     (tmp_path / "short.talp").write_text("1-1\n")
     (tmp_path / "malformed.talp").write_text("1-1\n2-2 x-y\n3-3\n")
+    (tmp_path / "far.talp").write_text("1-1\n1-1 9-9\n1-1\n")
     out = ["--out", str(tmp_path / "o.png"), "--html", str(tmp_path / "o.html")]
     f = str(map_file)
     stats = str(heads_json(tmp_path / "heads.json", make_maps(heads=2)))  # another model's
@@ -291,6 +292,9 @@ def _bad_inputs(tmp_path: Path, map_file: Path) -> dict[str, list[str]]:
         "rollout and grid": [f, "--rollout", "--grid", *out],
         "rollout decoder": [f, "--rollout", "--kind", "decoder_self", *out],
         "rollout layer": [f, "--rollout", "--layer", "2", *out],
+        "gold on self-attention": [f, "--gold", str(tmp_path / "short.talp"), "--kind",
+                                   "encoder_self", "--out", str(tmp_path / "o.png")],
+        "gold of other sentences": [f, "--gold", str(tmp_path / "far.talp"), *out],
     }
 
 

@@ -1,14 +1,22 @@
-"""The alignment overlay of attention/plotting.py: the cross-attention as the alignment
-reads it, and gold / predicted links drawn on it (no model needed)."""
+"""The alignment overlay: attention/plotting.py draws the cross-attention as the alignment
+reads it with gold / predicted links on it (no model needed); `attention.inspect --gold`
+/ `--align` puts it in the PNG and the links in the HTML viewer's data (the page itself:
+tests/test_viewer_browser.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from conftest import run_module
 from test_alignment import hand_maps
+from test_inspect_cli import page_payload, png_size
 
+from attention import plotting
 from attention.alignment import extract_alignment
-from attention.mapfile import AttentionMaps
+from attention.inspect import run
+from attention.mapfile import AttentionMaps, save_maps
 from attention.plotting import (
     alignment_figure,
     alignment_matrix,
@@ -17,6 +25,7 @@ from attention.plotting import (
     token_groups,
     word_links_to_pieces,
 )
+from configs.errors import UserError
 
 # One sentence: source words "a", "bc" (pieces ▁b + c), target words "x", "yz" (▁y + z).
 OVERLAY_SOURCE = ["▁a", "▁b", "c", "</s>"]
@@ -130,3 +139,82 @@ def test_overlay_figure_of_maps_words_and_pieces():
     assert corners(fig, "gold_sure") == [(0, 0), (1, 1), (1, 2), (2, 1), (2, 2)]
     assert corners(fig, "gold_possible") == [(0, 1), (0, 2)]
     assert artists(fig, "predicted") == [] and len(legend_texts(fig)) == 2
+
+
+@pytest.fixture
+def overlay_files(tmp_path) -> tuple[Path, Path]:
+    """The one-sentence OVERLAY map file and its gold line."""
+    (tmp_path / "gold.talp").write_text(OVERLAY_TALP)
+    return save_maps(tmp_path / "one.npz", overlay_maps()), tmp_path / "gold.talp"
+
+
+def test_gold_overlay_png_and_html(overlay_files, tmp_path, monkeypatch, capsys):
+    map_file, gold = overlay_files
+    drawn = []
+    original = plotting.alignment_overlay_figure
+    monkeypatch.setattr(plotting, "alignment_overlay_figure",
+                        lambda *a, **kw: drawn.append((a, kw)) or original(*a, **kw))
+    png, html = tmp_path / "links.png", tmp_path / "links.html"
+    assert run(map_file, gold=str(gold), words=True, out=str(png), html=str(html)) == [
+        str(html), str(png)]
+    assert png_size(png)[0] > 200
+    (_, example), options = drawn[-1]
+    assert example == 0 and options["words"] and options["note"] == "AER 0.000"
+    assert options["predicted"] == [(0, 0), (0, 1), (1, 1)]
+    assert options["gold"] == (OVERLAY_SURE, OVERLAY_POSSIBLE)
+    data = page_payload(html.read_text(encoding="utf-8"))
+    assert data["alignment"] == {"gold_file": "gold.talp", "layers": "mean", "heads": "mean",
+                                 "shift": False, "words": True, "keep_eos": False}
+    # Cells [row, column]: target piece at position p sits on row p - 1.
+    assert data["steps"][0]["examples"][0]["links"] == {
+        "predicted": [[0, 0], [1, 2], [2, 0]], "sure": [[0, 0], [1, 1], [1, 2], [2, 1], [2, 2]],
+        "possible": [[1, 0], [2, 0]], "aer": 0.0}
+    # --gold alone: the default PNG name; --align: predicted links (no gold) with --out.
+    assert run(map_file, gold=str(gold), layers="0", shift=True) == [
+        str(map_file.with_name("one.ex0.cross.0.mean.links.png"))]
+    assert drawn[-1][1]["gold"] is not None and drawn[-1][1]["layers"] == [0]
+    assert drawn[-1][1]["note"] == ""  # gold words vs predicted pieces: no AER
+    assert run(map_file, align=True, out=str(png), html=str(html)) == ["0-0 0-2 2-1"]
+    assert drawn[-1][1]["gold"] is None and drawn[-1][1]["predicted"] == [(0, 0), (0, 2), (2, 1)]
+    assert capsys.readouterr().err == f"{html}\n{png}\n"
+    data = page_payload(html.read_text(encoding="utf-8"))
+    assert data["alignment"]["gold_file"] == "" and list(data["steps"][0]["examples"][0][
+        "links"]) == ["predicted"]
+    # Other kinds and the head grid draw no links; without flags no alignment in the page.
+    count = len(drawn)
+    run(map_file, align=True, kind="encoder_self", out=str(png))
+    run(map_file, align=True, grid=True, out=str(png))
+    assert len(drawn) == count
+    run(map_file, html=str(html))
+    assert page_payload(html.read_text(encoding="utf-8"))["alignment"] is None
+
+
+def test_gold_overlay_refuses(overlay_files, tmp_path):
+    map_file, gold = overlay_files
+    with pytest.raises(UserError, match=r"--gold without --align draws links on the "
+                                        r"cross-attention: give --kind cross"):
+        run(map_file, gold=str(gold), kind="decoder_self")
+    with pytest.raises(UserError, match="--shift only applies with --align or --gold"):
+        run(map_file, shift=True)
+    (tmp_path / "other.talp").write_text("1-1 3-2\n")
+    with pytest.raises(UserError, match=r"other.talp line 1 links words 3-2 but example 0 of "
+                                        r"one.npz has 2 source and 2 target words"):
+        run(map_file, gold=str(tmp_path / "other.talp"), html=str(tmp_path / "v.html"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gold.talp", "one.npz", "other.talp"]
+
+
+def test_module_entry_point_draws_links(overlay_files, tmp_path):
+    """The real `python -m attention.inspect --gold`: the flags reach the overlay."""
+    map_file, gold = overlay_files
+    html, png = tmp_path / "links.html", tmp_path / "links.png"
+    result = run_module("attention.inspect", str(map_file), "--gold", str(gold), "--words",
+                        "--shift", "--layers", "0", "--html", str(html), "--out", str(png),
+                        timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(html), str(png)] and png_size(png)[0] > 200
+    data = page_payload(html.read_text(encoding="utf-8"))
+    assert data["alignment"] == {"gold_file": "gold.talp", "layers": "0", "heads": "mean",
+                                 "shift": True, "words": True, "keep_eos": False}
+    # Shift: words {bc-x, a-yz, bc-yz} against sure {a-x, bc-yz}, possible a-yz:
+    # 1 - (1 + 2) / (3 + 2).
+    assert data["steps"][0]["examples"][0]["links"]["aer"] == 0.4

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from test_mapfile import make_maps
+from test_plotting_overlay import OVERLAY_TALP, overlay_maps
 
 from attention.inspect import run
 from attention.mapfile import save_maps
@@ -249,4 +250,71 @@ def test_head_figures_from_heads_json(browser, tmp_path):
     assert page.locator("#legend").text_content() == "no head figures for encoder_self in the heads file"
     assert page.locator("#model-view .mv-caption").all_text_contents() == [""] * 4
     assert errors == [] and requests == []
+    page.close()
+
+
+def marks(page, name: str) -> list[list[int]]:
+    """[q, k] of every cell of #heatmap holding a `span.mark.<name>`, sorted."""
+    return sorted(page.locator(f"#heatmap td.cell:has(> .mark.{name})").evaluate_all(
+        "cells => cells.map(c => [+c.dataset.q, +c.dataset.k])"))
+
+
+@pytest.mark.parametrize("shift", [False, True])
+def test_alignment_overlay_on_the_cross_attention(browser, tmp_path, shift):
+    """Gold sure / possible boxes and predicted dots on the expected cells, toggled by
+    #show-align, never on the self-attention."""
+    map_file = save_maps(tmp_path / "one.npz", overlay_maps())
+    (tmp_path / "gold.talp").write_text(OVERLAY_TALP)
+    html = tmp_path / "overlay.html"
+    run(map_file, html=str(html), gold=str(tmp_path / "gold.talp"), words=True, shift=shift)
+    page, errors, requests = open_page(browser, html)
+    toggle = page.locator("#show-align")
+    assert page.locator("#align-control").is_visible() and toggle.is_checked()
+    # Target word "x" (position 1) and "yz" (positions 2, 3), source "a" (0) and "bc"
+    # (1, 2); a link sits on the row that predicts its target piece (position - 1), with
+    # shift on the row where the piece is the decoder input (its position).
+    r = int(shift)
+    assert marks(page, "sure") == sorted([[r, 0], [r + 1, 1], [r + 1, 2], [r + 2, 1],
+                                          [r + 2, 2]])
+    assert marks(page, "possible") == [[r + 1, 0], [r + 2, 0]]
+    # Predicted: the argmax real source piece of each target piece's row (OVERLAY_CROSS).
+    assert marks(page, "predicted") == ([[0, 0], [1, 2], [2, 0]] if not shift else
+                                        [[1, 2], [2, 0], [3, 1]])
+    dot = page.locator("#heatmap .mark.predicted").first
+    box = dot.bounding_box()
+    cell = page.locator("#heatmap td.cell:has(> .mark.predicted)").first.bounding_box()
+    assert cell["x"] < box["x"] < box["x"] + box["width"] < cell["x"] + cell["width"]
+    assert cell["y"] < box["y"] < box["y"] + box["height"] < cell["y"] + cell["height"]
+    legend = page.locator("#align-legend")
+    assert legend.is_visible()
+    assert "gold.talp line 1" in legend.text_content()
+    # Words linked: no shift {a-x, a-yz, bc-yz}: AER 0; shift {bc-x, a-yz, bc-yz}:
+    # 1 - (1 + 2) / (3 + 2).
+    aer = "0.400" if shift else "0.000"
+    assert f"AER of this sentence {aer}" in legend.text_content()
+    page.locator(f"#heatmap td.cell[data-q='{r + 1}'][data-k='1']").hover()
+    assert page.locator("#tooltip").text_content().endswith("· gold sure")
+
+    toggle.uncheck()
+    assert page.locator("#heatmap .mark").count() == 0 and not legend.is_visible()
+    assert page.locator("#heatmap td.cell").count() == 4 * 4  # the map itself stays
+    toggle.check()
+    assert len(marks(page, "sure")) == 5 and legend.is_visible()
+    for kind, cells in (("encoder_self", 4 * 4), ("decoder_self", 4 * 4)):
+        page.select_option("#kind", kind)
+        assert page.locator("#heatmap td.cell").count() == cells
+        assert page.locator("#heatmap .mark").count() == 0
+        assert toggle.is_disabled() and not legend.is_visible()
+    page.select_option("#kind", "cross")
+    assert toggle.is_enabled() and len(marks(page, "predicted")) == 3
+    assert errors == [] and requests == []
+    page.close()
+
+
+def test_no_overlay_without_alignment_flags(browser, tmp_path):
+    page, errors, _ = open_page(browser, write_html(overlay_maps(), tmp_path / "plain.html"))
+    assert not page.locator("#align-control").is_visible()
+    assert page.locator("#heatmap .mark").count() == 0
+    assert not page.locator("#align-legend").is_visible()
+    assert errors == []
     page.close()
