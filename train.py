@@ -51,9 +51,11 @@ from configs.errors import UserError
 from configs.files import remove_stale_temp_files
 from configs.resume import check_resume_config
 from data.batching import TrainBatcher, prefetch
-from data.corpora import corpus_fingerprint, load_corpus
+from data.cache import DataCache
+from data.corpora import load_corpus
 from data.packing import pack_batches
-from data.tokenizer import encode_for_training, load_or_train_tokenizer, tokenizer_fingerprint
+from data.streaming import training_source
+from data.tokenizer import tokenizer_fingerprint
 from models import checkpoint as ckpt
 from models.compilation import CompileTimer, enable_compilation_cache
 from models.evaluation import validate
@@ -95,15 +97,20 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     latest = reader.latest_step() if reader is not None else None
     if latest is not None:
         check_resume_config(load_config_json(workdir), cfg, str(workdir), allow_config_change)
-    train_src, train_tgt = load_corpus(cfg.data, "train")
+    # The training split streams (never whole in memory) into the data cache; a warm
+    # start reads its fingerprint from there and maps the encoded ids (data/cache.py).
+    source = training_source(cfg.data)
+    cache = DataCache(cfg.data.cache_dir)
+    corpus = cache.scan(source)
     valid = load_corpus(cfg.data, "valid")
-    data_sha256 = corpus_fingerprint(train_src, train_tgt)
     if latest is not None:
         check_resume_inputs(LoopState.from_meta(ckpt.restore_meta(reader, latest)), latest,
-                            workdir, data_sha256)
-    tokenizer = load_or_train_tokenizer(workdir / "tokenizer", cfg.data, train_src, train_tgt)
-    src_ids, tgt_ids, dropped = encode_for_training(tokenizer, train_src, train_tgt,
-                                                    cfg.data.max_length, cfg.data.long_pairs)
+                            workdir, corpus.data_sha256)
+
+    # 2. The data checks passed: the tokenizer and the encoded data are written (or read).
+    tokenizer = cache.tokenizer(workdir / "tokenizer", cfg.data, source, corpus)
+    src_ids, tgt_ids, dropped = cache.encoded(source, corpus, tokenizer, workdir / "tokenizer",
+                                              cfg.data.max_length, cfg.data.long_pairs)
     mesh = make_mesh()
     batcher = TrainBatcher(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.data.max_length,
                            bucket_step=cfg.data.bucket_step, batch_multiple=mesh.size,
@@ -116,11 +123,10 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
         loop = LoopState.from_meta(meta)
     if reader is not None:
         reader.close()
-    loop.data_sha256 = data_sha256
+    loop.data_sha256 = corpus.data_sha256
     loop.tokenizer_sha256 = tokenizer_fingerprint(workdir / "tokenizer")
     step = int(state["step"])
 
-    # 2. Inputs are good: from here on the workdir is written.
     manager = ckpt.make_manager(checkpoint_dir, cfg.checkpoint.keep)  # drops half-written saves
     if jax.process_index() == 0:
         write_config_json(cfg, workdir)

@@ -101,7 +101,7 @@ def multi30k_batches(cfg, num_batches: int, cache_dir: Path, batch_multiple: int
 
     sources, targets = load_corpus(cfg.data, "train")
     name = f"tokenizer-{cfg.data.source_lang}-{cfg.data.target_lang}-v{cfg.data.vocab_size}"
-    tokenizer = load_or_train_tokenizer(cache_dir / name, cfg.data, sources, targets)
+    tokenizer = load_or_train_tokenizer(cache_dir / name, cfg.data, lambda: (sources, targets))
     src_ids, tgt_ids, _ = encode_for_training(tokenizer, sources, targets, cfg.data.max_length,
                                               cfg.data.long_pairs)
     batcher = TrainBatcher(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.data.max_length,

@@ -37,6 +37,9 @@ def get_config() -> ml_collections.ConfigDict:
     data.hf_revision = ""
     data.hf_data_files = ""  # "path" or "train=a.jsonl,validation=b.jsonl,test=c.jsonl"
     data.hf_cache_dir = ""
+    # The training split encoded once into memory-mapped ids, reused by resumes and by
+    # every run on the same data (data/cache.py); "" = $XDG_CACHE_HOME/attnmt/data.
+    data.cache_dir = ""
     data.max_train_sentences = 0  # keep only the first N training pairs (0 = all)
     data.vocab_size = 8000
     data.joint_vocab = True  # one SentencePiece model for both sides

@@ -22,7 +22,7 @@ from configs import base
 from configs.cli import config_diff, flatten_config
 from configs.errors import UserError
 
-SAFE_ON_RESUME = ("train.num_steps", "train.log_every_steps", "train.patience",
+SAFE_ON_RESUME = ("data.cache_dir", "train.num_steps", "train.log_every_steps", "train.patience",
                   "train.max_minutes", "eval.", "checkpoint.every_steps", "checkpoint.keep",
                   "attention_maps.")
 LOCKED_ON_RESUME = ("data.", "model.")

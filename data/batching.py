@@ -38,6 +38,43 @@ from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 Batch = dict[str, np.ndarray | int]
 
 
+class TokenArray:
+    """Variable-length id sequences stored flat, as fairseq's and nanoGPT's binarised data:
+    sequence i is `ids[offsets[i]:offsets[i + 1]]`. `ids` may be a read-only memory map
+    (data/cache.py), so a corpus of millions of pairs costs only the pages a batch touches.
+
+    Attributes:
+      ids: uint16 or int32 [total tokens].
+      offsets: int64 [N + 1], offsets[0] == 0, non-decreasing.
+      lengths: int64 [N], tokens per sequence.
+    """
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray):
+        if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(ids):
+            raise ValueError(f"offsets [{len(offsets)}] do not index ids [{len(ids)}]")
+        self.ids, self.offsets = ids, offsets
+        self.lengths = np.diff(offsets)
+
+    @classmethod
+    def from_lists(cls, sequences: Sequence[Sequence[int]]) -> "TokenArray":
+        """Packs Python id lists (int32 ids)."""
+        offsets = np.zeros(len(sequences) + 1, np.int64)
+        np.cumsum([len(s) for s in sequences], out=offsets[1:])
+        ids = np.fromiter((i for s in sequences for i in s), np.int32, int(offsets[-1]))
+        return cls(ids, offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.ids[self.offsets[i]:self.offsets[i + 1]]
+
+
+def as_token_array(sequences: "TokenArray | Sequence[Sequence[int]]") -> TokenArray:
+    """`sequences` as a TokenArray (packed once if it is a list of id lists)."""
+    return sequences if isinstance(sequences, TokenArray) else TokenArray.from_lists(sequences)
+
+
 def round_up(length: int, step: int) -> int:
     """Smallest multiple of `step` that is >= length (and >= step)."""
     return max(step, -(-length // step) * step)
@@ -90,15 +127,17 @@ class TrainBatcher:
       num_batches: batches per epoch (the same every epoch).
     """
 
-    def __init__(self, source_ids: Sequence[Sequence[int]], target_ids: Sequence[Sequence[int]],
-                 batch_tokens: int, max_length: int, *, bucket_step: int = 8,
+    def __init__(self, source_ids: TokenArray | Sequence[Sequence[int]],
+                 target_ids: TokenArray | Sequence[Sequence[int]], batch_tokens: int, max_length: int, *, bucket_step: int = 8,
                  boundaries: Sequence[int] | None = None, batch_multiple: int = 1,
                  seed: int = 0):
         """Assigns every pair to its bucket once (per epoch only indices move).
 
         Args:
           source_ids, target_ids: parallel tokenized pairs (see module docstring),
-            already limited to max_length (tokenizer.encode_for_training).
+            already limited to max_length (tokenizer.encode_for_training), as
+            TokenArrays (memory-mapped by data/cache.py) or lists of id lists. Only
+            their lengths are read here; a batch reads its own rows.
           batch_tokens: budget, B * max(S, T) <= batch_tokens.
           max_length: the longest sequence incl. eos; longer pairs are an error.
           bucket_step: boundary spacing when `boundaries` is None.
@@ -113,12 +152,11 @@ class TrainBatcher:
         if len(source_ids) != len(target_ids) or not source_ids:
             raise UserError(f"batching needs equal, non-zero numbers of sources and targets "
                             f"(got {len(source_ids)} and {len(target_ids)})")
-        self.source_ids, self.target_ids = source_ids, target_ids
+        self.source_ids, self.target_ids = as_token_array(source_ids), as_token_array(target_ids)
         self.boundaries = sorted(boundaries) if boundaries else bucket_boundaries(
             max_length, bucket_step)
         self.seed = seed
-        lengths = np.array([max(len(s), len(t) + 1)
-                            for s, t in zip(source_ids, target_ids, strict=True)])
+        lengths = np.maximum(self.source_ids.lengths, self.target_ids.lengths + 1)
         if lengths.max() > self.boundaries[-1]:
             raise UserError(f"a training pair has {lengths.max()} tokens, more than the "
                             f"largest bucket ({self.boundaries[-1]}); limit it with "

@@ -28,7 +28,7 @@ Bad input raises `DataError` with a one-line message naming the file.
 import gzip
 import hashlib
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import ml_collections
@@ -81,24 +81,38 @@ def decode_lines(data: bytes, name: str) -> list[str]:
     return [line.strip() for line in lines]
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """Reads a plain or gzip-compressed UTF-8 text file.
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """Streams a plain or gzip-compressed UTF-8 text file line by line, in bounded memory.
 
     Args:
       path: file path; gzip is detected from the content, not the name.
-    Returns:
-      The stripped lines (see `decode_lines`).
+    Yields:
+      The stripped lines, exactly those of `decode_lines` on the whole file.
     Raises:
-      DataError: missing file, unreadable gzip, invalid UTF-8.
+      DataError: missing file, unreadable gzip, invalid UTF-8 (naming the line).
     """
     path = require_file(path, DataError)
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
+    with open(path, "rb") as raw:
+        compressed = raw.read(2) == b"\x1f\x8b"
+    with (gzip.open if compressed else open)(path, "rb") as file:
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
+            for number, line in enumerate(file, start=1):  # binary: split on b"\n" only
+                try:
+                    text = line.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise DataError(f"{path}: invalid UTF-8 on line {number}") from None
+                if number == 1:
+                    text = text.removeprefix("\ufeff")
+                    if not text:  # a file holding only a byte-order mark has no line
+                        return
+                yield text.strip()
+        except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
             raise DataError(f"{path}: cannot decompress gzip file ({e})") from None
-    return decode_lines(data, str(path))
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """`iter_lines` as a list: the stripped lines of a plain or gzip text file."""
+    return list(iter_lines(path))
 
 
 def _is_blank(lines: list[str]) -> bool:
@@ -137,7 +151,7 @@ def _check_split(split: str) -> None:
         raise DataError(f"unknown split {split!r} (known: {', '.join(SPLITS)})")
 
 
-def _load_multi30k(cfg: ml_collections.ConfigDict, split: str) -> Corpus:
+def _multi30k_files(cfg: ml_collections.ConfigDict, split: str) -> tuple[Path, Path]:
     folder = Path(cfg.data_dir) if cfg.data_dir else MULTI30K_DIR
     for lang in (cfg.source_lang, cfg.target_lang):
         if lang not in MULTI30K_LANGS:
@@ -150,7 +164,27 @@ def _load_multi30k(cfg: ml_collections.ConfigDict, split: str) -> Corpus:
         plain = gz.with_suffix("")
         return plain if plain.is_file() and not gz.is_file() else gz
 
-    return read_parallel(path(cfg.source_lang), path(cfg.target_lang))
+    return path(cfg.source_lang), path(cfg.target_lang)
+
+
+def _text_files(cfg: ml_collections.ConfigDict, split: str) -> tuple[Path, Path]:
+    keys = (f"{split}_source", f"{split}_target")
+    for key in keys:
+        if not cfg[key]:
+            raise DataError(f"data.{key} is not set (dataset 'text' reads "
+                            f"data.{keys[0]} and data.{keys[1]})")
+    return Path(cfg[keys[0]]), Path(cfg[keys[1]])
+
+
+def training_files(cfg: ml_collections.ConfigDict) -> tuple[Path, Path] | None:
+    """(source file, target file) of the training split for the file-based datasets
+    (multi30k, text); None for the others."""
+    files = {"multi30k": _multi30k_files, "text": _text_files}.get(cfg.dataset)
+    return files(cfg, "train") if files else None
+
+
+def _load_multi30k(cfg: ml_collections.ConfigDict, split: str) -> Corpus:
+    return read_parallel(*_multi30k_files(cfg, split))
 
 
 def read_tatoeba(path: str | Path) -> tuple[list[str], list[str]]:
@@ -219,12 +253,7 @@ def _load_tatoeba(cfg: ml_collections.ConfigDict, split: str) -> Corpus:
 
 
 def _load_text(cfg: ml_collections.ConfigDict, split: str) -> Corpus:
-    keys = (f"{split}_source", f"{split}_target")
-    for key in keys:
-        if not cfg[key]:
-            raise DataError(f"data.{key} is not set (dataset 'text' reads "
-                            f"data.{keys[0]} and data.{keys[1]})")
-    return read_parallel(cfg[keys[0]], cfg[keys[1]])
+    return read_parallel(*_text_files(cfg, split))
 
 
 def parse_hf_data_files(spec: str) -> str | dict[str, str] | None:
@@ -275,7 +304,9 @@ def translation_pairs(rows: dict[str, list], source_lang: str, target_lang: str,
     return ([(s or "").strip() for s in sources], [(t or "").strip() for t in targets])
 
 
-def _load_hf(cfg: ml_collections.ConfigDict, split: str) -> Corpus:
+def load_hf_split(cfg: ml_collections.ConfigDict, split: str):
+    """`datasets.load_dataset` of one split: (the Arrow-backed Dataset, its name for
+    messages). Raises DataError for anything the hub or the files refuse."""
     if not cfg.hf_name:
         raise DataError("data.hf_name is not set (e.g. 'IWSLT/iwslt2017' or 'json')")
     import datasets  # Heavy import; only this loader needs it.
@@ -292,6 +323,11 @@ def _load_hf(cfg: ml_collections.ConfigDict, split: str) -> Corpus:
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DataError(f"cannot load Hugging Face dataset {name} split "
                         f"{HF_SPLITS[split]!r}: {message}") from e
+    return dataset, name
+
+
+def _load_hf(cfg: ml_collections.ConfigDict, split: str) -> Corpus:
+    dataset, name = load_hf_split(cfg, split)
     # Materialize only the needed columns (Arrow -> Python in one call).
     wanted = [c for c in ("translation", cfg.source_lang, cfg.target_lang)
               if c in dataset.column_names]

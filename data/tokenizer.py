@@ -26,7 +26,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import ml_collections
@@ -72,6 +72,14 @@ def _training_error(error: RuntimeError, **settings) -> DataError:
     return DataError(f"{what.format(**settings)}: {reason}")
 
 
+def sample_indices(count: int, max_sentences: int, seed: int) -> np.ndarray | None:
+    """Which of `count` sentences the tokenizer trains on: None for all of them (when
+    count <= max_sentences), else int64 [max_sentences], sorted, drawn with `seed`."""
+    if count <= max_sentences:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(count, max_sentences, replace=False))
+
+
 def train_model(texts_or_files: Sequence[str | Path], vocab_size: int,
                 model_type: str = "unigram", character_coverage: float = 1.0,
                 max_sentences: int = 300_000, seed: int = 0) -> bytes:
@@ -101,9 +109,8 @@ def train_model(texts_or_files: Sequence[str | Path], vocab_size: int,
             sentences.append(item)
     if not sentences:
         raise DataError("no text to train the tokenizer on")
-    if len(sentences) > max_sentences:
-        keep = np.sort(np.random.default_rng(seed).choice(len(sentences), max_sentences,
-                                                          replace=False))
+    keep = sample_indices(len(sentences), max_sentences, seed)
+    if keep is not None:
         sentences = [sentences[i] for i in keep]
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()  # Not model_prefix=: that would store the (temporary) path in the model.
@@ -221,9 +228,9 @@ def tokenizer_meta(cfg_data: ml_collections.ConfigDict) -> dict:
             "source_lang": str(cfg_data.source_lang), "target_lang": str(cfg_data.target_lang)}
 
 
-def load_or_train_tokenizer(tokenizer_dir: Path, cfg_data: ml_collections.ConfigDict,
-                            train_sources: Sequence[str],
-                            train_targets: Sequence[str]) -> Tokenizer:
+def load_or_train_tokenizer(
+        tokenizer_dir: Path, cfg_data: ml_collections.ConfigDict,
+        training_text: Callable[[], tuple[Sequence[str], Sequence[str]]]) -> Tokenizer:
     """Loads the tokenizer from `tokenizer_dir`, training it there first if absent.
 
     The models are trained in memory (bad settings fail before anything is
@@ -236,7 +243,9 @@ def load_or_train_tokenizer(tokenizer_dir: Path, cfg_data: ml_collections.Config
       tokenizer_dir: usually `<workdir>/tokenizer`.
       cfg_data: the `data` config group (vocab_size, joint_vocab,
         spm_model_type, character_coverage, spm_max_sentences, langs).
-      train_sources, train_targets: the training text (raw strings).
+      training_text: called only when a tokenizer must be trained; returns (sources,
+        targets), raw strings (pooled for a joint vocabulary; data/streaming.py's
+        `sample_for_tokenizer` reads just the sample from a large corpus).
     Returns:
       The loaded Tokenizer.
     Raises:
@@ -255,6 +264,7 @@ def load_or_train_tokenizer(tokenizer_dir: Path, cfg_data: ml_collections.Config
         kwargs = dict(vocab_size=cfg_data.vocab_size, model_type=cfg_data.spm_model_type,
                       character_coverage=cfg_data.character_coverage,
                       max_sentences=cfg_data.spm_max_sentences)
+        train_sources, train_targets = training_text()
         if cfg_data.joint_vocab:
             models = {JOINT_MODEL: train_model([*train_sources, *train_targets], **kwargs)}
         else:

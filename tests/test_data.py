@@ -243,7 +243,8 @@ def small_corpus():
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory, small_corpus):
     directory = tmp_path_factory.mktemp("work") / "tokenizer"
-    tokenizer.load_or_train_tokenizer(directory, data_config(vocab_size=300), *small_corpus)
+    tokenizer.load_or_train_tokenizer(directory, data_config(vocab_size=300),
+                                      lambda: small_corpus)
     return directory
 
 
@@ -278,27 +279,29 @@ def test_tokenizer_trained_once_then_reused(tok_dir, small_corpus, monkeypatch):
         raise AssertionError("retrained")
 
     monkeypatch.setattr(tokenizer, "train_model", no_training)
-    tok = tokenizer.load_or_train_tokenizer(tok_dir, data_config(vocab_size=300), *small_corpus)
+    tok = tokenizer.load_or_train_tokenizer(tok_dir, data_config(vocab_size=300),
+                                            lambda: small_corpus)
     assert model.stat().st_mtime_ns == before and tok.vocab_size == 300
     assert not [p for p in tok_dir.parent.iterdir() if p.name.endswith(".tmp")]
     with pytest.raises(DataError, match="vocab_size: 300 -> 400"):
-        tokenizer.load_or_train_tokenizer(tok_dir, data_config(vocab_size=400), *small_corpus)
+        tokenizer.load_or_train_tokenizer(tok_dir, data_config(vocab_size=400),
+                                          lambda: small_corpus)
 
 
 def test_tokenizer_deterministic_separate_and_too_large(tmp_path, small_corpus, tok_dir):
     sources, targets = small_corpus
     again = tokenizer.load_or_train_tokenizer(tmp_path / "a", data_config(vocab_size=300),
-                                              sources, targets)
+                                              lambda: small_corpus)
     assert (tmp_path / "a/spm.model").read_bytes() == (tok_dir / "spm.model").read_bytes()
     assert again.encode_source(sources[:5]) == Tokenizer.load(tok_dir).encode_source(sources[:5])
     separate = tokenizer.load_or_train_tokenizer(
-        tmp_path / "b", data_config(vocab_size=200, joint_vocab=False), sources, targets)
+        tmp_path / "b", data_config(vocab_size=200, joint_vocab=False), lambda: small_corpus)
     assert not separate.joint
     assert (tmp_path / "b/spm_src.model").is_file() and (tmp_path / "b/spm_tgt.model").is_file()
     assert separate.source_vocab_size == separate.target_vocab_size == 200
     with pytest.raises(DataError, match="data.vocab_size=100000 is too large"):
         tokenizer.load_or_train_tokenizer(tmp_path / "c", data_config(vocab_size=100_000),
-                                          sources[:50], targets[:50])
+                                          lambda: (sources[:50], targets[:50]))
     assert not (tmp_path / "c").exists() and not list(tmp_path.glob(".tokenizer-tmp-*"))
 
 
