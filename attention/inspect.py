@@ -270,7 +270,7 @@ def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int |
                                          *(m.num_examples for m in every if html)))
             if png_links:
                 _check_gold_fits(gold, links, maps, name, [chosen])
-            for m, label in zip(every if html else [], _names(paths), strict=False):
+            for m, label in zip(every, _names(paths), strict=True) if html else ():
                 _check_gold_fits(gold, links, m, label, range(m.num_examples))
         if align:
             hyps = [extract_alignment(maps, i, words=words, **settings) for i in examples]
