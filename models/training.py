@@ -65,7 +65,9 @@ def learning_rate_schedule(cfg_train) -> optax.Schedule:
         )
     warmup_fn = optax.linear_schedule(0.0, peak, warmup)
     if cfg_train.schedule == "inverse_sqrt":
-        decay_fn = lambda count: peak * jnp.sqrt(warmup / (count + warmup))  # noqa: E731
+        # join_schedules evaluates both branches: at count = step - warmup < 0 (still in
+        # warmup) the decay must not divide by zero, e.g. for step 0 as a Python int.
+        decay_fn = lambda count: peak * jnp.sqrt(warmup / jnp.maximum(count + warmup, warmup))  # noqa: E731
     elif cfg_train.schedule == "constant":
         decay_fn = optax.constant_schedule(peak)
     else:

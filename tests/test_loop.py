@@ -41,3 +41,18 @@ def test_progress_bar_total_is_where_a_time_budget_stops_the_run(tmp_path):
     done, total = map(int, re.findall(r"(\d+)/(\d+) \[", result.stderr)[-1])
     assert "stops after 0.1 min" in result.stderr
     assert total < 100000 and done <= total <= done + 50, (done, total)
+
+
+def test_learning_rate_schedule_at_every_step_including_zero():
+    import ml_collections
+
+    from models.training import learning_rate_schedule
+
+    for schedule in ("inverse_sqrt", "cosine", "constant"):
+        cfg = ml_collections.ConfigDict({"learning_rate": 0.01, "warmup_steps": 4,
+                                         "num_steps": 20, "schedule": schedule})
+        rates = [float(learning_rate_schedule(cfg)(step)) for step in range(12)]  # Python ints
+        assert rates[0] == 0.0 and abs(rates[4] - 0.01) < 1e-9, schedule
+        assert all(0 <= r <= 0.01 + 1e-9 for r in rates)
+    cfg.schedule = "inverse_sqrt"
+    assert abs(float(learning_rate_schedule(cfg)(16)) - 0.01 * (4 / 16) ** 0.5) < 1e-9
