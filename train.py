@@ -150,7 +150,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     progress = tqdm(total=cfg.train.num_steps, initial=step, dynamic_ncols=True,
                     disable=jax.process_index() != 0, desc=f"train{budget}", mininterval=5)
     first_step = step
-    pending, window_start, window_tokens = [], time.time(), 0
+    pending, window_start, window_tokens, window_wait = [], time.time(), 0, 0.0
     session_start, trained_before = time.time(), loop.train_seconds
     compile_timer = CompileTimer().start()  # XLA compilation (or cache loads) of this run
 
@@ -167,7 +167,9 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
 
     try:
         while step < cfg.train.num_steps:
+            waiting = time.perf_counter()
             epoch, _, batch = next(batches)
+            window_wait += time.perf_counter() - waiting  # the input pipeline fell behind
             window_tokens += batch.pop("num_tokens")
             state, metrics = train_step(state, shard_batch(batch, mesh))
             step += 1
@@ -186,12 +188,14 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
                 check_finite()
                 sums = jax.device_get(pending)
                 loss = sum(m["loss_sum"] for m in sums) / max(sum(m["tokens"] for m in sums), 1.0)
-                tokens_per_sec = window_tokens / max(time.time() - window_start, 1e-9)
+                window = max(time.time() - window_start, 1e-9)
                 log.write(step, "train", loss=float(loss), learning_rate=float(schedule(step - 1)),
-                          tokens_per_sec=tokens_per_sec, grad_norm=float(sums[-1]["grad_norm"]),
-                          epoch=epoch, compile_seconds=compile_timer.seconds)
-                progress.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_sec:.0f}")
-                pending, window_start, window_tokens = [], time.time(), 0
+                          tokens_per_sec=window_tokens / window,
+                          grad_norm=float(sums[-1]["grad_norm"]), epoch=epoch,
+                          compile_seconds=compile_timer.seconds,
+                          input_wait_fraction=window_wait / window)
+                progress.set_postfix(loss=f"{loss:.3f}", tok_s=f"{window_tokens / window:.0f}")
+                pending, window_start, window_tokens, window_wait = [], time.time(), 0, 0.0
 
             bleu = None
             if itstime(step, cfg.eval.every_steps, final and not stop.signum):

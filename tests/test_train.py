@@ -42,6 +42,7 @@ def test_smoke_run_writes_the_workdir_and_learns(smoke_workdir):
     for m in train:
         assert {"step", "split", "time", "loss", "learning_rate", "tokens_per_sec"} <= m.keys()
         assert m["tokens_per_sec"] > 0 and np.isfinite(m["loss"])
+        assert 0 <= m["input_wait_fraction"] < 1  # seconds blocked on the input pipeline
     for m in valid:
         assert {"step", "split", "time", "loss", "bleu", "decode"} <= m.keys()
         assert m["decode"] == "greedy" and 0.0 <= m["bleu"] <= 100.0
