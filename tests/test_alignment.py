@@ -9,12 +9,20 @@ import pytest
 
 from attention.alignment import (
     aer,
+    alignment_scores,
     extract_alignment,
     extract_alignments,
     format_pharaoh,
+    links_from_rows,
+    make_units,
+    pair_links,
     parse_pharaoh,
+    read_gold,
+    read_pairs,
     read_pharaoh,
+    read_sides,
     read_talp,
+    symmetrize,
     words_from_pieces,
 )
 from attention.mapfile import AttentionMaps, validate_maps
@@ -219,3 +227,170 @@ def test_word_alignments_against_real_gold():
     # A ⊆ S, so |A∩S| = |A∩P| = |A| and AER = 1 - 2|A| / (|A| + |S|).
     n_a, n_s = sum(map(len, chosen)), sum(len(s) for s, _ in gold)
     assert aer(hyps, gold) == pytest.approx(1 - 2 * n_a / (n_a + n_s))
+
+
+# ----------------------------------------------------------------- links from rows
+
+
+def test_links_from_rows_argmax_threshold_and_words():
+    # 3 target pieces over 3 source pieces + </s>; source pieces 1, 2 form word 1.
+    rows = np.array([[0.6, 0.1, 0.1, 0.2],
+                     [0.1, 0.3, 0.35, 0.25],
+                     [0.05, 0.05, 0.1, 0.8]])
+    src_words, tgt_words = [0, 1, 1], [0, 1, 1]
+    assert links_from_rows(rows, src_words, tgt_words) == [(0, 0), (1, 1)]
+    # Without skip_eos the last row's argmax is </s>: that piece stays unaligned.
+    assert links_from_rows(rows, src_words, tgt_words, skip_eos=False) == [(0, 0), (1, 1)]
+    assert links_from_rows(rows, [0, 1, 2], [0, 1, 2], skip_eos=False) == [(0, 0), (2, 1)]
+    assert links_from_rows(rows, [0, 1, 2], [0, 1, 2]) == [(0, 0), (2, 1), (2, 2)]
+    # Thresholds read the raw weights: </s> (0.8) never links, 0.3 and 0.35 both do.
+    assert links_from_rows(rows, [0, 1, 2], [0, 1, 2], threshold=0.3) == [(0, 0), (1, 1), (2, 1)]
+    assert links_from_rows(rows, [0, 1, 2], [0, 1, 2], threshold=0.9) == []
+    assert links_from_rows(rows, src_words, tgt_words, threshold=0.05) == [
+        (0, 0), (0, 1), (1, 0), (1, 1)]
+    assert links_from_rows(rows[:0], [], []) == []
+    with pytest.raises(ValueError, match="do not fit"):
+        links_from_rows(rows, [0, 1, 2, 3, 4], [0, 1, 2])
+
+
+def test_extract_alignment_threshold_uses_the_same_rows():
+    maps = simple_maps()  # layer 0 = A: rows 0..2 predict x, y, z
+    assert extract_alignment(maps, 0, layers=[0], threshold=0.5) == [(0, 1), (1, 0)]
+    assert extract_alignment(maps, 0, layers=[0], threshold=0.2) == [
+        (0, 1), (1, 0), (2, 0), (2, 2)]
+    assert extract_alignment(maps, 0, layers=[0], shift=True, threshold=0.5) == [
+        (0, 0), (2, 2)]
+
+
+# ----------------------------------------------------------------- symmetrization
+
+
+def test_intersect_and_union():
+    fwd, rev = [(0, 0), (1, 1), (2, 1)], [(0, 0), (1, 1), (1, 2), (3, 3)]
+    assert symmetrize(fwd, rev, "intersect") == [(0, 0), (1, 1)]
+    assert symmetrize(fwd, rev, "union") == [(0, 0), (1, 1), (1, 2), (2, 1), (3, 3)]
+    with pytest.raises(ValueError, match="unknown symmetrization 'grow'"):
+        symmetrize(fwd, rev, "grow")
+
+
+def test_grow_diag_final_and_hand_computed():
+    gdfa = "grow-diag-final-and"
+    # Intersection {0-0, 1-1}; grow-diag adds 1-2 (target 2 unaligned, next to 1-1) and
+    # 2-1 (source 2 unaligned, next to 1-1); 3-3 has no neighbour in; final-and adds it
+    # (both words unaligned).
+    assert symmetrize([(0, 0), (1, 1), (2, 1)], [(0, 0), (1, 1), (1, 2), (3, 3)], gdfa) == [
+        (0, 0), (1, 1), (1, 2), (2, 1), (3, 3)]
+    # Empty intersection: nothing grows; final-and takes forward 1-1 (both unaligned), then
+    # 3-1, 1-2 and 2-1 each share a word with it.
+    assert symmetrize([(1, 1), (3, 1)], [(1, 2), (2, 1)], gdfa) == [(1, 1)]
+    # Intersection {1-2}; 0-1 grows (diagonal neighbour, source 0 unaligned); 1-1 has both
+    # words aligned; 2-0, 3-0, 3-1, 3-2 touch nothing in. final-and: forward 2-0 (both
+    # unaligned) yes, forward 3-1 no (target 1 taken), reverse 3-0 / 3-2 no.
+    assert symmetrize([(1, 2), (2, 0), (3, 1)], [(0, 1), (1, 1), (1, 2), (3, 0), (3, 2)],
+                      gdfa) == [(0, 1), (1, 2), (2, 0)]
+
+
+def test_grow_diag_final_and_visits_in_atools_order():
+    """The same links give another result in another visiting order: this one is what
+    `atools -c grow-diag-final-and` (clab/fast_align cab1e9a, built here) prints; the
+    function also matched atools on 3,000 random pairs of alignments (each heuristic)."""
+    forward = [(0, 0), (0, 2), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+    # From {1-1}, in (source, target) order: 0-0, 0-2 and 2-0 grow (each has a word still
+    # unaligned when visited); 1-2, 2-1, 2-2 then have both words aligned. Visited from
+    # the end, 2-2 would come in and 0-0 would not.
+    assert symmetrize(forward, [(1, 1)], "grow-diag-final-and") == [(0, 0), (0, 2), (1, 1), (2, 0)]
+    assert symmetrize([(2, 0), (3, 1)], [(0, 2), (1, 0), (1, 2), (2, 0), (3, 0)],
+                      "grow-diag-final-and") == [(0, 2), (1, 0), (2, 0), (3, 0), (3, 1)]
+    assert symmetrize([(0, 3)], [(0, 0), (0, 3), (1, 1), (1, 2), (2, 2), (2, 3)],
+                      "grow-diag-final-and") == [(0, 0), (0, 3), (1, 1), (1, 2), (2, 2)]
+
+
+# ----------------------------------------------------------------- scores
+
+
+def test_precision_recall_and_aer_hand_computed():
+    golds = [({(0, 0), (1, 1)}, {(2, 2)}), ({(0, 0)}, {(0, 0), (0, 1)})]
+    # Sentence 1: A = {0-0, 1-1, 2-2, 0-2}, S = {0-0, 1-1}, P = S + {2-2}:
+    #   |A| = 4, |S| = 2, |A∩S| = 2, |A∩P| = 3 -> P = 3/4, R = 1, AER = 1 - 5/6.
+    hyps = [[(0, 0), (1, 1), (2, 2), (0, 2)], [(0, 1)]]
+    one = alignment_scores(hyps[:1], golds[:1])
+    assert one["precision"] == pytest.approx(0.75) and one["recall"] == 1.0
+    assert one["aer"] == pytest.approx(1 / 6)
+    # Sentence 2: A = {0-1} (possible only): |A∩S| = 0, |A∩P| = 1. Corpus: |A| = 5,
+    # |S| = 3, |A∩S| = 2, |A∩P| = 4 -> P = 4/5, R = 2/3, AER = 1 - 6/8.
+    both = alignment_scores(hyps, golds)
+    assert (both["precision"], both["recall"], both["aer"]) == pytest.approx((0.8, 2 / 3, 0.25))
+    assert (both["hyp_links"], both["sure_links"], both["hyp_in_sure"],
+            both["hyp_in_possible"], both["sentences"]) == (5, 3, 2, 4, 2)
+    assert aer(hyps, golds) == both["aer"]
+    empty = alignment_scores([[]], golds[:1])
+    assert (empty["precision"], empty["recall"], empty["aer"]) == (0.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="undefined"):
+        alignment_scores([[]], [(set(), set())])
+
+
+# ----------------------------------------------------------------- bitexts and units
+
+
+def test_read_pairs_sides_and_gold(tmp_path):
+    pairs = tmp_path / "p.txt"
+    pairs.write_text("a b ||| x\n ||| y z\nc |||\n", encoding="utf-8")
+    assert read_pairs(pairs) == (["a b", "", "c"], ["x", "y z", ""])
+    (tmp_path / "s").write_text("a b\nc\n")
+    (tmp_path / "t").write_text("x\ny z\n")
+    assert read_sides(tmp_path / "s", tmp_path / "t") == (["a b", "c"], ["x", "y z"])
+    (tmp_path / "t1").write_text("x\n")
+    with pytest.raises(UserError, match="has 2 lines but .*t1 has 1"):
+        read_sides(tmp_path / "s", tmp_path / "t1")
+    for bad, n in (("a ||| b\nno separator\n", 2), ("a ||| b ||| c\n", 1)):
+        pairs.write_text(bad)
+        with pytest.raises(UserError, match=f"p.txt:{n}: expected 'source [|]{{3}} target'"):
+            read_pairs(pairs)
+    pairs.write_bytes(b"a ||| \xff\n")
+    with pytest.raises(UserError, match="not UTF-8"):
+        read_pairs(pairs)
+    with pytest.raises(UserError, match="file not found"):
+        read_pairs(tmp_path / "absent")
+    gold = tmp_path / "g.talp"
+    gold.write_text("1-1 2p1\n1-2\n")
+    assert read_gold(gold, ["a b", "c"], ["x", "y z"]) == [
+        ({(0, 0)}, {(0, 0), (1, 0)}), ({(0, 1)}, {(0, 1)})]
+    with pytest.raises(UserError, match=r"g.talp:2: link 1-2 is outside the pair's 1 source "
+                                        r"and 1 target words"):
+        read_gold(gold, ["a b", "c"], ["x", "y"])
+    with pytest.raises(UserError, match="has 2 lines but the input has 1 pairs"):
+        read_gold(gold, ["a b"], ["x"])
+
+
+class CharTokenizer:
+    """Each word -> one piece per character (ids 10 + ord % 50); source ids end with eos."""
+
+    def encode_source(self, texts):
+        return [[10 + ord(c) % 50 for c in t] + [3] for t in texts]
+
+    def encode_target(self, texts):
+        return [[10 + ord(c) % 50 for c in t] for t in texts]
+
+
+def test_units_merge_pieces_into_words_and_split_long_pairs():
+    tok = CharTokenizer()
+    units = make_units(tok, ["ab c", "", "x"], ["de", "y", ""], max_tokens=100)
+    assert [(u.pair, u.src_words, u.tgt_words) for u in units] == [(0, [0, 0, 1], [0, 0])]
+    # 30 source words of 2 pieces, 12 target words of 1 piece, at most 9 pieces per chunk:
+    # 60 / 9 -> 7 chunks; every piece lands in exactly one, in order, with its word index.
+    src, tgt = " ".join(["ab"] * 30), " ".join(["z"] * 12)
+    units = make_units(tok, [src], [tgt], max_tokens=10)
+    assert len(units) == 7 and all(len(u.src) <= 9 and len(u.tgt) <= 9 for u in units)
+    assert [w for u in units for w in u.src_words] == [w for w in range(30) for _ in range(2)]
+    assert [w for u in units for w in u.tgt_words] == list(range(12))
+    # Each unit's attention: every target piece looks at the unit's first source piece.
+    atts = []
+    for u in units:
+        att = np.zeros((1, len(u.tgt) + 1, len(u.src) + 1), np.float32)
+        att[0, :, 0] = 1.0
+        atts.append(att)
+    links = pair_links(2, units, atts, layer=0, shift=False, threshold=None)
+    assert links[1] == [] and links[0] == sorted(
+        (u.src_words[0], j) for u in units for j in u.tgt_words)
+    flipped = pair_links(2, units, atts, layer="mean", shift=True, threshold=None, transpose=True)
+    assert flipped[0] == sorted((j, i) for i, j in links[0])
