@@ -9,7 +9,10 @@ alignment command `python -m attention.align` use it):
     print(format_pharaoh(hyps[0]), aer(hyps, golds), alignment_scores(hyps, golds))
 
 `links_from_rows` is the one reading of attention rows into links (argmax, or every
-source piece over a threshold); `symmetrize` combines the links of two directions.
+source piece over a threshold); `symmetrize` combines the links of two directions;
+`read_pairs` / `read_sides` / `read_gold` read a bitext and its gold links, and
+`make_units` / `pair_links` cut it into the forced-decoding inputs of
+`attention.align.record` and read their attention back into word links per pair.
 
 Indices are 0-indexed `(source, target)` pairs over the real tokens: `<s>` and `</s>`
 are never counted. With `words=True` they index words (whitespace tokens of the
@@ -312,8 +315,13 @@ def make_units(tokenizer, sources: Sequence[str], targets: Sequence[str],
 def pair_links(num_pairs: int, units: Sequence[Unit], atts: Sequence[np.ndarray],
                layer: int | str, shift: bool, threshold: float | None,
                transpose: bool = False) -> list[list[Link]]:
-    """Word links per pair from `record`'s attention (the union over a pair's chunks);
-    `transpose` swaps (i, j) for a model of the other direction."""
+    """Word links per pair from per-unit attention (the union over a pair's chunks).
+
+    atts: per unit float [L, n + 1, m + 1] (decoder layer, decoder input row <s> y_0 ..
+    y_{n-1}, source piece then </s>), as `attention.align.record` returns it; `layer` an
+    index or "mean"; `shift` reads row j + 1 for target piece j instead of row j;
+    `transpose` swaps (i, j) for a model of the other direction. Returns N sorted lists.
+    """
     out: list[set] = [set() for _ in range(num_pairs)]
     for unit, att in zip(units, atts, strict=True):
         a = att.mean(axis=0) if layer == "mean" else att[layer]  # [n + 1, m + 1]

@@ -1,0 +1,432 @@
+"""Word alignment of any bitext with a trained model's cross-attention (issue 16).
+
+    python -m attention.align --workdir W (--pairs FILE | --source F --target F)
+        [--gold gold.talp] [--reverse_workdir W2] [--symmetrize grow-diag-final-and|
+        intersect|union|none] [--layer L|mean] [--heads mean|0,2] [--[no]shift]
+        [--threshold argmax|X] [--checkpoint best|last|STEP] [--select]
+
+stdout: one Pharaoh line per input pair, in order, nothing dropped: 0-indexed `i-j`
+links between the i-th source and j-th target word of the given whitespace words
+(`src ||| tgt`; the source side is the model's source language). Each pair is
+teacher-forced through the model; each word is encoded on its own (SentencePiece
+splits at whitespace anyway), so its pieces are known and always merged back into it.
+A pair longer than `max_tokens` pieces on a side (1024, or the learned positions) is
+cut into proportional consecutive chunks, aligned chunk by chunk: still one line.
+
+How links are read (`attention.alignment.links_from_rows`): the cross-attention of
+decoder layer `--layer` (or the mean of all), averaged over `--heads`; the row where a
+target piece is predicted, or with `--shift` where it is the decoder input (Chen et al.
+2020); argmax, or every source piece with a weight >= `--threshold`.
+`--reverse_workdir` adds a model of the opposite direction (its links are transposed)
+and `--symmetrize` combines both (`attention.alignment.symmetrize`, atools' order).
+
+`--gold F` (TALP, 1-indexed, sure `i-j` / possible `ipj`) only scores: stderr gets
+`AER: x precision: p recall: r` (percent, all pairs), then the same for the first
+`--dev_sentences` (100) pairs and the others, and the settings. `--select` (needs
+--gold) tries every saved checkpoint x layer (each and mean) x shift x threshold (argmax
+and THRESHOLDS) on the first 100 pairs alone, with a reverse model also the symmetri-
+sations of each direction's best 5, keeps the lowest dev AER and stores it in
+`<workdir>/eval/alignment.json`. A flag not given takes that stored value, else the
+built-in default (best checkpoint, the penultimate layer, heads mean, no shift, argmax;
+grow-diag-final-and with a reverse model): the bare command reproduces the figures.
+From Python: `align(workdir, sources, targets, golds=...) -> dict` and `select(...)`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from absl import flags
+from absl import logging as absl_logging
+
+from attention.alignment import (
+    SYMMETRIZE,
+    Link,
+    Unit,
+    alignment_scores,
+    format_pharaoh,
+    make_units,
+    pair_links,
+    read_gold,
+    read_pairs,
+    read_sides,
+    symmetrize,
+)
+from configs import cli
+from configs.errors import UserError
+from configs.files import prepare_output_folder, write_atomic
+
+FLAGS = flags.FLAGS
+RESULT_FILE = Path("eval") / "alignment.json"  # relative to the workdir
+DEV_SENTENCES = 100  # the protocol: every setting is chosen on the first 100 gold pairs
+THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
+MAX_TOKENS = 1024  # pieces (with </s> or <s>) per side of one forced-decoding unit
+TOP_PER_DIRECTION = 5  # each direction's best settings combined by --select
+PAD_MULTIPLE = 16  # unit lengths are padded to a multiple: fewer shapes to compile
+SETTING_KEYS = ("checkpoint", "layer", "heads", "shift", "threshold")
+
+
+def define_flags() -> None:
+    """The flags (only when run as a script: importing never adds global flags)."""
+    flags.DEFINE_string("workdir", None, "Trained run (config.json, tokenizer/, checkpoints/).")
+    flags.DEFINE_string("pairs", None, "'src ||| tgt' lines of whitespace-tokenized words.")
+    flags.DEFINE_string("source", None, "Source sentences, one per line (with --target).")
+    flags.DEFINE_string("target", None, "Target sentences, one per line (with --source).")
+    flags.DEFINE_string("gold", None, "Gold links (.talp) to score against; links unchanged.")
+    flags.DEFINE_string("reverse_workdir", None, "A run of the opposite direction.")
+    flags.DEFINE_enum("symmetrize", None, [*SYMMETRIZE, "none"], "How to combine directions.")
+    flags.DEFINE_string("layer", None, "Decoder layer (negative from the end) or mean.")
+    flags.DEFINE_string("heads", None, "mean, or comma-separated head indices to average.")
+    flags.DEFINE_bool("shift", None, "Read the row where the target word is the input.")
+    flags.DEFINE_string("threshold", None, "argmax, or link every weight >= this number.")
+    flags.DEFINE_string("checkpoint", None, "best | last | STEP (default: stored, else best).")
+    flags.DEFINE_bool("select", False, "Choose the settings on the dev pairs and store them.")
+    flags.DEFINE_integer("dev_sentences", DEV_SENTENCES, "Gold pairs that choose settings.")
+    flags.DEFINE_integer("batch_size", 32, "Pairs per forced-decoding batch.")
+
+
+# ----------------------------------------------------------------------- forced decoding
+
+
+def record(model, tokenizer, units: Sequence[Unit], heads: str | Sequence[int],
+           batch_size: int, step: int = 0, limit: int = MAX_TOKENS) -> list[np.ndarray]:
+    """Teacher-forced cross-attention of every unit, averaged over `heads`.
+
+    Returns per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
+    y_0..y_{n-1}), source column (m pieces, then </s>). Units go in batches of similar
+    length (`data.batching.length_groups`, at most MAP_BATCH_CELLS cells), padded to a
+    multiple of PAD_MULTIPLE, at most `limit` (padding is masked: the rows of the real
+    tokens are the same).
+    """
+    from data.batching import length_groups
+    from data.tokenizer import EOS_ID, PAD_ID
+    from models.translate import MAP_BATCH_CELLS, record_maps
+
+    def pad(ids: list[int]) -> list[int]:
+        return ids + [PAD_ID] * max(min(-len(ids) % PAD_MULTIPLE, limit - len(ids)), 0)
+
+    sizes = [max(len(u.src) + 1, len(u.tgt) + 1) for u in units]
+    groups = length_groups(sizes, batch_size, max_cost=MAP_BATCH_CELLS,
+                           cost=lambda longest, rows: rows * 2 * (longest + PAD_MULTIPLE) ** 2)
+    out: list = [None] * len(units)
+    for group in groups:
+        maps = record_maps(model, tokenizer, [pad(units[i].src + [EOS_ID]) for i in group],
+                           [pad(units[i].tgt) for i in group], step=step)
+        cross = maps.cross  # [B, L, H, T, S]
+        head_index = slice(None) if heads == "mean" else list(heads)
+        for row, i in enumerate(group):
+            n, m = len(units[i].tgt), len(units[i].src)
+            out[i] = cross[row][:, head_index, : n + 1, : m + 1].mean(axis=1)
+    return out
+
+
+class Recorded:
+    """One run at one checkpoint, forced-decoded on N pairs: `links(...)` for any setting."""
+
+    def __init__(self, workdir: str | Path, checkpoint: str, sources: Sequence[str],
+                 targets: Sequence[str], heads: str | Sequence[int] = "mean",
+                 batch_size: int = 32, max_tokens: int | None = None):
+        from models.loading import load_params, load_tokenizer
+
+        self.workdir = Path(workdir)
+        self.cfg = cli.load_config_json(self.workdir)
+        tokenizer = load_tokenizer(self.workdir, self.cfg)
+        loaded = load_params(self.workdir, checkpoint, cfg=self.cfg, tokenizer=tokenizer)
+        self.step, self.num_layers = loaded.steps[-1], self.cfg.model.num_decoder_layers
+        if heads != "mean":
+            bad = [h for h in heads if not 0 <= h < self.cfg.model.num_heads]
+            if bad:
+                raise UserError(f"--heads {bad[0]}: {self.workdir} has heads 0.."
+                                f"{self.cfg.model.num_heads - 1}")
+        limit = max_tokens or MAX_TOKENS
+        if self.cfg.model.positions == "learned":
+            limit = min(limit, self.cfg.model.max_positions)
+        self.num_pairs = len(sources)
+        self.units = make_units(tokenizer, sources, targets, limit)
+        self.atts = record(loaded.model, tokenizer, self.units, heads, batch_size, self.step,
+                           limit)
+
+    def layer_index(self, layer: int | str) -> int | str:
+        """`layer` checked against the model: "mean" or an index in 0..L-1."""
+        if layer == "mean":
+            return layer
+        if not -self.num_layers <= int(layer) < self.num_layers:
+            raise UserError(f"--layer {layer}: {self.workdir} has decoder layers "
+                            f"0..{self.num_layers - 1}")
+        return int(layer) % self.num_layers
+
+    def links(self, layer, shift: bool, threshold: float | None,
+              transpose: bool = False) -> list[list[Link]]:
+        return pair_links(self.num_pairs, self.units, self.atts, self.layer_index(layer),
+                          shift, threshold, transpose)
+
+
+# ----------------------------------------------------------------------- settings
+
+
+def stored_settings(workdir: str | Path) -> dict:
+    """The settings `--select` stored in `<workdir>/eval/alignment.json`, or {}."""
+    path = Path(workdir) / RESULT_FILE
+    if not path.is_file():
+        return {}
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))["settings"]
+        if not isinstance(settings, dict):
+            raise TypeError
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        raise UserError(f"{path}: not an alignment settings file (run --select again or "
+                        "delete it)") from None
+    return settings
+
+
+def parse_layer(text: str) -> int | str:
+    if text == "mean" or text.lstrip("-").isdigit():
+        return text if text == "mean" else int(text)
+    raise UserError(f"--layer must be an index or 'mean', got {text!r}")
+
+
+def parse_heads(text: str) -> str | tuple[int, ...]:
+    try:
+        return "mean" if text == "mean" else tuple(int(h) for h in text.split(","))
+    except ValueError:
+        raise UserError(f"--heads must be 'mean' or indices like 0,2, got {text!r}") from None
+
+
+def parse_threshold(text: str) -> float | str:
+    """"argmax" stays, "0.3" -> 0.3 (in (0, 1])."""
+    if text == "argmax":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise UserError(f"--threshold must be 'argmax' or a number in (0, 1], got {text!r}")
+    return value
+
+
+def describe(settings: dict) -> str:
+    """One line naming a direction's settings."""
+    rule = "argmax" if settings["threshold"] is None else f"threshold {settings['threshold']}"
+    heads = settings["heads"] if settings["heads"] == "mean" else ",".join(map(str, settings["heads"]))
+    return (f"checkpoint {settings['checkpoint']}, layer {settings['layer']}, heads {heads}, "
+            f"{rule}{', shift' if settings['shift'] else ''}")
+
+
+# ----------------------------------------------------------------------- the two functions
+
+
+def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size, max_tokens):
+    """(settings, Recorded) of one direction: given > stored > built-in default."""
+    s = {k: given[k] if given.get(k) is not None else stored.get(k) for k in SETTING_KEYS}
+    s["checkpoint"] = s["checkpoint"] or "best"
+    s["heads"] = "mean" if s["heads"] in (None, "mean") else tuple(s["heads"])
+    s["shift"] = bool(s["shift"])
+    s["threshold"] = None if given.get("threshold") == "argmax" else s["threshold"]
+    rec = Recorded(workdir, s["checkpoint"], sources, targets, s["heads"], batch_size, max_tokens)
+    s["checkpoint"] = str(rec.step)
+    s["layer"] = rec.layer_index(max(rec.num_layers - 2, 0) if s["layer"] is None else s["layer"])
+    return s, rec
+
+
+def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *,
+          golds: Sequence | None = None, reverse_workdir: str | Path | None = None,
+          symmetrize_with: str | None = None, batch_size: int = 32,
+          dev_sentences: int = DEV_SENTENCES, max_tokens: int | None = None,
+          **given) -> dict:
+    """Word links of N pairs (and their scores against `golds`).
+
+    Args:
+      workdir: a trained run whose source language is the sources'.
+      sources, targets: N whitespace-tokenized sentences each.
+      golds: optional N (sure, possible) link sets (`read_talp`); they only score.
+      reverse_workdir: a run target->source; symmetrize_with: SYMMETRIZE or "none".
+      given: checkpoint, layer, heads, shift, threshold (a float, or "argmax") of the
+        forward model; None or absent = the stored `--select` choice, else the default.
+        The reverse model takes the same given values, else its stored ones (when it
+        is the stored reverse run), else the defaults.
+    Returns:
+      {"links": N sorted (i, j) lists, "settings": {... , "symmetrize", "reverse"},
+       "scores": {"all", "dev", "test"} (alignment_scores dicts; with golds only)}.
+    """
+    stored = stored_settings(workdir)
+    fwd, rec = _direction(workdir, stored, given, sources, targets, batch_size, max_tokens)
+    links = rec.links(fwd["layer"], fwd["shift"], fwd["threshold"])
+    stored_rev, explicit_rev = stored.get("reverse") or {}, reverse_workdir is not None
+    reverse_workdir = reverse_workdir or stored_rev.get("workdir")
+    stored_method = stored.get("symmetrize") if stored.get("symmetrize") != "none" else None
+    method = symmetrize_with or stored_method or (SYMMETRIZE[0] if explicit_rev else "none")
+    if method != "none" and not reverse_workdir:
+        raise UserError(f"--symmetrize {method} needs --reverse_workdir (a target->source run)")
+    settings = {**fwd, "symmetrize": method, "reverse": None}
+    if method != "none":
+        rev_lang = cli.load_config_json(reverse_workdir).data
+        if (rev_lang.source_lang, rev_lang.target_lang) != (rec.cfg.data.target_lang,
+                                                           rec.cfg.data.source_lang):
+            raise UserError(f"{reverse_workdir} translates {rev_lang.source_lang}->"
+                            f"{rev_lang.target_lang}, not {rec.cfg.data.target_lang}->"
+                            f"{rec.cfg.data.source_lang}")
+        same = bool(stored_rev) and (Path(stored_rev["workdir"]).resolve()
+                                     == Path(reverse_workdir).resolve())
+        rev, rec_rev = _direction(reverse_workdir, stored_rev if same else {}, given, targets,
+                                  sources, batch_size, max_tokens)
+        back = rec_rev.links(rev["layer"], rev["shift"], rev["threshold"], transpose=True)
+        links = [symmetrize(f, b, method) for f, b in zip(links, back, strict=True)]
+        settings["reverse"] = {"workdir": str(Path(reverse_workdir).resolve()), **rev}
+    result = {"links": links, "settings": settings}
+    if golds is not None:
+        result["scores"] = split_scores(links, golds, dev_sentences)
+    return result
+
+
+def split_scores(links: Sequence, golds: Sequence, dev: int) -> dict:
+    """alignment_scores on all pairs, the first `dev` and the others (when there are)."""
+    parts = {"all": slice(None)}
+    if 0 < dev < len(golds):
+        parts.update(dev=slice(dev), test=slice(dev, None))
+    try:
+        return {name: alignment_scores(links[part], golds[part]) for name, part in parts.items()}
+    except ValueError as e:  # no link at all on either side
+        raise UserError(f"cannot score: {e}") from None
+
+
+def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens, transpose):
+    """Every setting of one direction on the dev pairs: [(dev AER, settings, links)]."""
+    from models.checkpoint import make_manager
+    from models.loading import checkpoint_dir
+
+    cfg = cli.load_config_json(workdir)
+    if given.get("checkpoint"):
+        steps = [given["checkpoint"]]
+    else:
+        manager = make_manager(checkpoint_dir(Path(workdir)), cfg.checkpoint.keep, read_only=True)
+        steps = [str(s) for s in sorted(manager.all_steps())]
+    heads = "mean" if given.get("heads") in (None, "mean") else tuple(given["heads"])
+    out = []
+    for step in steps:
+        src, tgt = (targets, sources) if transpose else (sources, targets)
+        rec = Recorded(workdir, step, src, tgt, heads, batch_size, max_tokens)
+        for layer in [*range(rec.num_layers), "mean"]:
+            for shift in (False, True):
+                for threshold in (None, *THRESHOLDS):
+                    links = rec.links(layer, shift, threshold, transpose)
+                    settings = {"checkpoint": str(rec.step), "layer": layer, "heads": heads,
+                                "shift": shift, "threshold": threshold}
+                    out.append((alignment_scores(links, golds)["aer"], settings, links))
+    return sorted(out, key=lambda c: c[0])  # stable: ties keep the grid order
+
+
+def select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], golds: Sequence,
+           *, reverse_workdir: str | Path | None = None, dev_sentences: int = DEV_SENTENCES,
+           batch_size: int = 32, max_tokens: int | None = None, inputs: dict | None = None,
+           **given) -> dict:
+    """Chooses the settings with the lowest AER on the first `dev_sentences` pairs, writes
+    them to `<workdir>/eval/alignment.json` and returns `align(...)` with them on all pairs
+    (plus "grid": the dev AER of every setting tried, best first).
+
+    The grid: every saved checkpoint (or `given["checkpoint"]`) x decoder layer and mean x
+    shift x argmax and THRESHOLDS, heads averaged (or `given["heads"]`); with
+    `reverse_workdir` the same for it, and every SYMMETRIZE of the two directions' best
+    TOP_PER_DIRECTION settings. `inputs` (file names, say) is stored as provenance.
+    """
+    prepare_output_folder(Path(workdir) / RESULT_FILE.parent)  # fail before the work
+    dev = min(dev_sentences, len(sources)) if dev_sentences > 0 else len(sources)
+    args = (sources[:dev], targets[:dev], golds[:dev])
+    fwd = _candidates(workdir, *args, given, batch_size, max_tokens, transpose=False)
+    best = (fwd[0][0], fwd[0][1], "none", None)
+    grid = [{"direction": "forward", "dev_aer": a, **s} for a, s, _ in fwd]
+    if reverse_workdir:
+        rev = _candidates(reverse_workdir, *args, given, batch_size, max_tokens, transpose=True)
+        grid += [{"direction": "reverse", "dev_aer": a, **s} for a, s, _ in rev]
+        for _, f_set, f_links in fwd[:TOP_PER_DIRECTION]:
+            for _, r_set, r_links in rev[:TOP_PER_DIRECTION]:
+                for method in SYMMETRIZE:
+                    links = [symmetrize(f, r, method) for f, r in zip(f_links, r_links, strict=True)]
+                    score = alignment_scores(links, golds[:dev])["aer"]
+                    if score < best[0]:
+                        best = (score, f_set, method, r_set)
+    _, f_set, method, r_set = best
+    settings = {**f_set, "symmetrize": method, "reverse": None if r_set is None else
+                {"workdir": str(Path(reverse_workdir).resolve()), **r_set}}
+    stored = {"settings": settings, "selected_on": {**(inputs or {}), "dev_sentences": dev,
+                                                    "sentences": len(golds), "grid": len(grid)},
+              "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+    write_atomic(Path(workdir) / RESULT_FILE, json.dumps(stored, indent=2) + "\n")
+    result = align(workdir, sources, targets, golds=golds, batch_size=batch_size,
+                   dev_sentences=dev, max_tokens=max_tokens)
+    write_atomic(Path(workdir) / RESULT_FILE, json.dumps(
+        {**stored, "scores": result["scores"], "grid": grid}, indent=2) + "\n")
+    return {**result, "grid": grid}
+
+
+# ----------------------------------------------------------------------- command line
+
+
+def score_lines(result: dict, dev: int) -> list[str]:
+    """stderr lines: AER / precision / recall in percent, all pairs first."""
+    def line(name: str, s: dict) -> str:
+        return (f"AER{name}: {100 * s['aer']:.2f} precision: {100 * s['precision']:.2f} "
+                f"recall: {100 * s['recall']:.2f}")
+
+    scores, settings = result["scores"], result["settings"]
+    lines = [line("", scores["all"])]
+    if "dev" in scores:
+        lines += [line(f" first {dev}", scores["dev"]),
+                  line(f" other {scores['test']['sentences']}", scores["test"])]
+    lines.append(f"settings: {describe(settings)}; symmetrize {settings['symmetrize']}"
+                 + (f"; reverse {settings['reverse']['workdir']}: {describe(settings['reverse'])}"
+                    if settings["reverse"] else ""))
+    if "grid" in result:
+        lines.append(f"selected on the first {dev} pairs among {len(result['grid'])} settings, "
+                     f"stored in <workdir>/{RESULT_FILE}")
+    return lines
+
+
+def main(argv: list[str]) -> None:
+    """absl main: checks the flags and files, aligns, prints links (and scores)."""
+    if len(argv) > 1:
+        raise UserError(f"unexpected arguments: {' '.join(argv[1:])}")
+    f = FLAGS
+    if not f.workdir:
+        raise UserError("--workdir is required")
+    if bool(f.pairs) == bool(f.source or f.target) or bool(f.source) != bool(f.target):
+        raise UserError("give --pairs FILE, or --source FILE and --target FILE")
+    if f.select and not f.gold:
+        raise UserError("--select needs --gold")
+    if f.batch_size < 1:
+        raise UserError(f"--batch_size must be at least 1, got {f.batch_size}")
+    given = {"checkpoint": f.checkpoint, "shift": f.shift,
+             "layer": None if f.layer is None else parse_layer(f.layer),
+             "heads": None if f.heads is None else parse_heads(f.heads),
+             "threshold": None if f.threshold is None else parse_threshold(f.threshold)}
+    sources, targets = read_pairs(f.pairs) if f.pairs else read_sides(f.source, f.target)
+    golds = read_gold(f.gold, sources, targets) if f.gold else None
+    if not cli.debug_enabled():
+        absl_logging.set_verbosity(absl_logging.ERROR)  # orbax's INFO lines on every restore
+    from models.compilation import enable_compilation_cache
+
+    enable_compilation_cache()
+    options = dict(reverse_workdir=f.reverse_workdir, dev_sentences=f.dev_sentences,
+                   batch_size=f.batch_size, **given)
+    if f.select:
+        inputs = {"pairs": f.pairs, "source": f.source, "target": f.target, "gold": f.gold}
+        result = select(f.workdir, sources, targets, golds,
+                        inputs={k: v for k, v in inputs.items() if v}, **options)
+    else:
+        result = align(f.workdir, sources, targets, golds=golds, symmetrize_with=f.symmetrize,
+                       **options)
+    sys.stdout.write("".join(format_pharaoh(links) + "\n" for links in result["links"]))
+    sys.stdout.flush()
+    if golds is not None:
+        dev = min(f.dev_sentences, len(sources)) if f.select else f.dev_sentences
+        print("\n".join(score_lines(result, dev)), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    define_flags()
+    cli.run(main)

@@ -1,0 +1,232 @@
+"""The alignment command `python -m attention.align` and `align` / `select` (issue 16), end
+to end on the smoke model (de->en) and a smoke model of the other direction (en->de).
+
+The smoke models learn next to nothing: these tests check the contract (one Pharaoh line
+per pair, indices inside the words, the same links with and without --gold, the score
+lines, symmetrisation of the two directions, stored settings reproducing the figures,
+one-line errors), not alignment quality. The arithmetic of AER and of the symmetrisation
+heuristics is checked against hand-computed cases in tests/test_alignment.py.
+"""
+
+import json
+import re
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import run_module, run_script
+
+from attention.alignment import parse_pharaoh, read_gold, read_pairs, symmetrize
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PAIRS, GOLD = FIXTURES / "rwth_de_en.head10.de-en", FIXTURES / "rwth_de_en.head10.talp"
+SCORE = r"precision: (\d+\.\d\d) recall: (\d+\.\d\d)"
+
+
+@pytest.fixture(scope="module")
+def reverse_workdir(tmp_path_factory) -> Path:
+    """The smoke config trained en->de (40 steps, ~20 s)."""
+    workdir = tmp_path_factory.mktemp("smoke_en_de") / "run"
+    result = run_script("train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
+                        "--config.data.source_lang=en", "--config.data.target_lang=de")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+def parallel(module: str, cases: dict[str, list[str]]) -> dict:
+    with ThreadPoolExecutor(max_workers=min(len(cases), 3)) as pool:
+        return dict(zip(cases, pool.map(lambda argv: run_module(module, *argv), cases.values()),
+                        strict=True))
+
+
+def check_lines(stdout: str, sources: list[str], targets: list[str]) -> list[list]:
+    """Exactly one Pharaoh line per pair, every index inside that pair's words."""
+    lines = stdout.split("\n")
+    assert lines[-1] == "" and len(lines) == len(sources) + 1, stdout
+    out = []
+    for line, src, tgt in zip(lines, sources, targets, strict=False):
+        links = parse_pharaoh(line)
+        assert all(0 <= i < len(src.split()) and 0 <= j < len(tgt.split()) for i, j in links)
+        out.append(links)
+    return out
+
+
+def test_command_end_to_end(smoke_workdir, tmp_path):
+    sources, targets = read_pairs(PAIRS)
+    (tmp_path / "de").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    (tmp_path / "en").write_text("\n".join(targets) + "\n", encoding="utf-8")
+    base = ["--workdir", str(smoke_workdir)]
+    results = parallel("attention.align", {
+        "pairs": [*base, "--pairs", str(PAIRS)],
+        "sides": [*base, "--source", str(tmp_path / "de"), "--target", str(tmp_path / "en")],
+        "gold": [*base, "--pairs", str(PAIRS), "--gold", str(GOLD), "--dev_sentences", "4"],
+    })
+    for name, result in results.items():
+        assert result.returncode == 0, (name, result.stderr[-2000:])
+    links = check_lines(results["pairs"].stdout, sources, targets)
+    assert sum(map(len, links)) > 0
+    # The links do not depend on how the pairs came in, nor on --gold.
+    assert results["sides"].stdout == results["gold"].stdout == results["pairs"].stdout
+    assert results["pairs"].stderr == results["sides"].stderr == ""
+    err = results["gold"].stderr.splitlines()
+    assert re.fullmatch(rf"AER: (\d+\.\d\d) {SCORE}", err[0]), err
+    assert re.fullmatch(rf"AER first 4: \d+\.\d\d {SCORE}", err[1]), err
+    assert re.fullmatch(rf"AER other 6: \d+\.\d\d {SCORE}", err[2]), err
+    assert re.match(r"settings: checkpoint (20|40), layer 0, heads mean, argmax; symmetrize none$",
+                    err[3]), err
+    assert len(err) == 4
+
+    # The Python function gives the same links and the figures of the AER line.
+    from attention.align import align
+
+    result = align(smoke_workdir, sources, targets, golds=read_gold(GOLD, sources, targets))
+    assert result["links"] == links
+    scores = result["scores"]["all"]
+    assert err[0] == (f"AER: {100 * scores['aer']:.2f} precision: "
+                      f"{100 * scores['precision']:.2f} recall: {100 * scores['recall']:.2f}")
+    assert result["settings"]["reverse"] is None and result["settings"]["symmetrize"] == "none"
+
+
+def test_settings_change_the_reading(smoke_workdir):
+    from attention.align import align
+
+    sources, targets = read_pairs(PAIRS)
+    default = align(smoke_workdir, sources, targets)
+    argmax, step = default["links"], default["settings"]["checkpoint"]
+    assert align(smoke_workdir, sources, targets, threshold="argmax", heads=(0, 1),
+                 layer="mean", checkpoint=step)["links"] == argmax  # 1 layer, 2 heads
+    shifted = align(smoke_workdir, sources, targets, shift=True)
+    assert shifted["settings"]["shift"] is True and shifted["links"] != argmax
+    # A threshold links every piece above it: lower thresholds give supersets.
+    low = align(smoke_workdir, sources, targets, threshold=0.05)["links"]
+    high = align(smoke_workdir, sources, targets, threshold=0.3)["links"]
+    assert all(set(h) <= set(lo) for h, lo in zip(high, low, strict=True))
+    assert sum(map(len, low)) > sum(map(len, high))
+    head0 = align(smoke_workdir, sources, targets, heads=(0,))
+    assert head0["settings"]["heads"] == (0,)
+
+
+def test_long_and_empty_pairs_still_get_a_line(smoke_workdir):
+    """Chunked forced decoding: a pair longer than max_tokens is aligned in pieces, an
+    empty side gives an empty line; nothing is dropped or truncated."""
+    from attention.align import align
+
+    sources, targets = read_pairs(PAIRS)
+    long_src, long_tgt = " ".join(sources * 6), " ".join(targets * 6)
+    srcs, tgts = [sources[0], long_src, "", sources[1]], [targets[0], long_tgt, targets[2], ""]
+    links = align(smoke_workdir, srcs, tgts, max_tokens=64)["links"]
+    assert len(links) == 4 and links[2] == [] and links[3] == []
+    n_src, n_tgt = len(long_src.split()), len(long_tgt.split())
+    assert all(0 <= i < n_src and 0 <= j < n_tgt for i, j in links[1])
+    # Every target word of the long pair is reached (argmax links each piece somewhere),
+    # the last ones included: the chunks cover the whole pair.
+    assert {j for _, j in links[1]} == set(range(n_tgt))
+    assert max(i for i, _ in links[1]) > n_src * 0.9
+    # Short pairs are not chunked: the same links as alone.
+    assert links[0] == align(smoke_workdir, srcs[:1], tgts[:1])["links"][0]
+
+
+def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
+    from attention.align import align
+    from configs.errors import UserError
+
+    sources, targets = read_pairs(PAIRS)
+    fwd = align(smoke_workdir, sources, targets)["links"]
+    back = align(reverse_workdir, targets, sources)["links"]  # (en, de) links
+    rev = [[(i, j) for j, i in links] for links in back]
+    for method in ("intersect", "union", "grow-diag-final-and"):
+        result = align(smoke_workdir, sources, targets, reverse_workdir=reverse_workdir,
+                       symmetrize_with=method)
+        assert result["links"] == [symmetrize(f, r, method)
+                                   for f, r in zip(fwd, rev, strict=True)]
+        assert result["settings"]["reverse"]["workdir"] == str(reverse_workdir.resolve())
+    # --reverse_workdir alone means grow-diag-final-and; "none" ignores the reverse run.
+    assert align(smoke_workdir, sources, targets, reverse_workdir=reverse_workdir)[
+        "settings"]["symmetrize"] == "grow-diag-final-and"
+    assert align(smoke_workdir, sources, targets, reverse_workdir=reverse_workdir,
+                 symmetrize_with="none")["links"] == fwd
+    with pytest.raises(UserError, match="translates de->en, not en->de"):
+        align(smoke_workdir, sources, targets, reverse_workdir=smoke_workdir)
+    with pytest.raises(UserError, match="--symmetrize union needs --reverse_workdir"):
+        align(smoke_workdir, sources, targets, symmetrize_with="union")
+
+
+def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, reverse_workdir,
+                                                            tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(smoke_workdir, workdir)
+    (workdir / "eval" / "alignment.json").unlink(missing_ok=True)
+    flags = ["--workdir", str(workdir), "--pairs", str(PAIRS), "--gold", str(GOLD),
+             "--dev_sentences", "5"]
+    selected = run_module("attention.align", *flags, "--select",
+                          "--reverse_workdir", str(reverse_workdir))
+    assert selected.returncode == 0, selected.stderr[-2000:]
+    stored = json.loads((workdir / "eval" / "alignment.json").read_text())
+    settings = stored["settings"]
+    assert set(settings) == {"checkpoint", "layer", "heads", "shift", "threshold",
+                             "symmetrize", "reverse"}
+    assert settings["checkpoint"] in ("20", "40") and settings["heads"] == "mean"
+    # 2 checkpoints x (layer 0, mean) x shift x (argmax + 7 thresholds), both directions.
+    assert len(stored["grid"]) == 2 * 64 and stored["selected_on"]["dev_sentences"] == 5
+    forward = [g for g in stored["grid"] if g["direction"] == "forward"]
+    assert stored["scores"]["dev"]["aer"] <= min(g["dev_aer"] for g in forward) + 1e-12
+    assert stored["scores"]["dev"]["sentences"] == 5
+    assert stored["scores"]["test"]["sentences"] == 5
+
+    bare = run_module("attention.align", *flags)  # no settings given: the stored ones
+    assert bare.returncode == 0, bare.stderr[-2000:]
+    assert bare.stdout == selected.stdout
+    check_lines(bare.stdout, *read_pairs(PAIRS))
+    assert bare.stderr.splitlines()[:3] == selected.stderr.splitlines()[:3]
+    aer = float(re.match(r"AER: (\S+)", bare.stderr).group(1))
+    assert aer == round(100 * stored["scores"]["all"]["aer"], 2)
+    assert "selected on the first 5 pairs" in selected.stderr
+    # A flag given wins over the stored value.
+    other = run_module("attention.align", *flags, "--symmetrize", "none", "--layer", "mean",
+                       "--threshold", "argmax", "--noshift")
+    assert other.returncode == 0, other.stderr[-2000:]
+    assert "layer mean, heads mean, argmax; symmetrize none" in other.stderr
+
+
+def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
+    """Input errors: one `error:` line, exit 2; file errors come before the workdir is read."""
+    good = ["--pairs", str(PAIRS)]
+    short, no_bar, one = tmp_path / "short.en", tmp_path / "bad.de-en", tmp_path / "one.talp"
+    short.write_text("one line\n")
+    one.write_text("1-1\n")
+    no_bar.write_text("a ||| b\nno bar here\n")
+    (tmp_path / "de").write_text("a\nb\n")
+    absent = tmp_path / "run"
+    cases = {
+        "pairs missing": (["--workdir", str(absent), "--pairs", str(tmp_path / "no")],
+                          f"file not found: {tmp_path / 'no'}"),
+        "no |||": (["--workdir", str(absent), "--pairs", str(no_bar)],
+                   f"{no_bar}:2: expected 'source ||| target'"),
+        "counts differ": (["--workdir", str(absent), "--source", str(tmp_path / "de"),
+                           "--target", str(short)], "has 2 lines but"),
+        "gold count": (["--workdir", str(absent), *good, "--gold", str(one)],
+                       f"{one} has 1 lines but the input has 10 pairs"),
+        "gold not talp": (["--workdir", str(absent), *good, "--gold", str(short)],
+                          f"{short}:1: not a 1-indexed TALP link: 'one'"),
+        "both inputs": (["--workdir", str(absent), *good, "--source", str(short)],
+                        "give --pairs FILE, or --source FILE and --target FILE"),
+        "select without gold": (["--workdir", str(absent), *good, "--select"],
+                                "--select needs --gold"),
+        "threshold": (["--workdir", str(absent), *good, "--threshold", "2"],
+                      "--threshold must be 'argmax' or a number in (0, 1], got '2'"),
+        "layer word": (["--workdir", str(absent), *good, "--layer", "top"],
+                       "--layer must be an index or 'mean'"),
+        "bad symmetrize": (["--workdir", str(absent), *good, "--symmetrize", "grow"],
+                           "--symmetrize"),
+        "no workdir": (["--workdir", str(absent), *good], f"{absent}/config.json not found"),
+        "layer range": (["--workdir", str(smoke_workdir), *good, "--layer", "3"],
+                        "--layer 3: "),
+    }
+    results = parallel("attention.align", {name: argv for name, (argv, _) in cases.items()})
+    for name, result in results.items():
+        assert result.returncode == 2, (name, result.stderr[-2000:])
+        assert re.fullmatch(r"error: [^\n]+\n", result.stderr), (name, result.stderr[-2000:])
+        assert cases[name][1] in result.stderr, (name, result.stderr)
+        assert result.stdout == "", name
+    assert not absent.exists()
