@@ -230,3 +230,48 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
         assert cases[name][1] in result.stderr, (name, result.stderr)
         assert result.stdout == "", name
     assert not absent.exists()
+
+
+def test_alignment_peers_bench(smoke_workdir, reverse_workdir, tmp_path):
+    """bench/alignment_peers.py on the 10 fixture pairs and 300 training pairs: eflomal's
+    rows and attnmt's, the latter equal to `align` with the same settings."""
+    pytest.importorskip("eflomal")
+    out = tmp_path / "peers.json"
+    result = run_script("bench/alignment_peers.py", "--pairs", str(PAIRS), "--gold", str(GOLD),
+                        "--workdir", str(smoke_workdir), "--reverse_workdir",
+                        str(reverse_workdir), "--max_train_pairs", "300", "--json", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert [r["method"] for r in data["rows"]] == [
+        "eflomal fwd", "eflomal rev", "eflomal grow-diag-final-and", "eflomal intersect",
+        "eflomal union", "attnmt fwd", "attnmt rev", "attnmt grow-diag-final-and"]
+    assert data["bitext"]["train_pairs"] == 300 and data["gold_pairs"] == 10
+    rows = {r["method"]: r for r in data["rows"]}
+    for row in rows.values():  # 10 pairs: no dev / test split
+        assert set(row) - {"method", "settings"} == {"all"}
+        assert 0.0 <= row["all"]["aer"] <= 1.0
+    links = {m: rows[f"eflomal {m}"]["all"]["hyp_links"]
+             for m in ("intersect", "grow-diag-final-and", "union")}
+    assert links["intersect"] <= links["grow-diag-final-and"] <= links["union"]
+    from attention.align import align
+
+    sources, targets = read_pairs(PAIRS)
+    same = align(smoke_workdir, sources, targets, golds=read_gold(GOLD, sources, targets))
+    assert rows["attnmt fwd"]["all"] == same["scores"]["all"]
+    assert "eflomal fwd" in result.stdout and "AER" in result.stdout
+
+
+def test_alignment_peers_without_eflomal_is_one_line():
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    code = ("import runpy, sys; sys.modules['eflomal'] = None; "
+            f"sys.argv = ['alignment_peers.py', '--pairs', {str(PAIRS)!r}, '--gold', "
+            f"{str(GOLD)!r}]; runpy.run_path('bench/alignment_peers.py', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr == ("error: eflomal is not installed: pip install -e '.[bench]' "
+                             "(or pip install eflomal)\n")
