@@ -255,22 +255,22 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
        "scores": {"all", "dev", "test"} (alignment_scores dicts; with golds only)}.
     """
     stored = stored_settings(workdir)
-    fwd, rec = _direction(workdir, stored, given, sources, targets, batch_size, max_tokens)
-    links = rec.links(fwd["layer"], fwd["shift"], fwd["threshold"])
     stored_rev, explicit_rev = stored.get("reverse") or {}, reverse_workdir is not None
     reverse_workdir = reverse_workdir or stored_rev.get("workdir")
     stored_method = stored.get("symmetrize") if stored.get("symmetrize") != "none" else None
     method = symmetrize_with or stored_method or (SYMMETRIZE[0] if explicit_rev else "none")
-    if method != "none" and not reverse_workdir:
-        raise UserError(f"--symmetrize {method} needs --reverse_workdir (a target->source run)")
+    if method != "none":  # checked before any forced decoding
+        if not reverse_workdir:
+            raise UserError(f"--symmetrize {method} needs --reverse_workdir (a target->source run)")
+        langs = cli.load_config_json(workdir).data
+        rev_langs = cli.load_config_json(reverse_workdir).data
+        if (rev_langs.source_lang, rev_langs.target_lang) != (langs.target_lang, langs.source_lang):
+            raise UserError(f"{reverse_workdir} translates {rev_langs.source_lang}->"
+                            f"{rev_langs.target_lang}, not {langs.target_lang}->{langs.source_lang}")
+    fwd, rec = _direction(workdir, stored, given, sources, targets, batch_size, max_tokens)
+    links = rec.links(fwd["layer"], fwd["shift"], fwd["threshold"])
     settings = {**fwd, "symmetrize": method, "reverse": None}
     if method != "none":
-        rev_lang = cli.load_config_json(reverse_workdir).data
-        if (rev_lang.source_lang, rev_lang.target_lang) != (rec.cfg.data.target_lang,
-                                                           rec.cfg.data.source_lang):
-            raise UserError(f"{reverse_workdir} translates {rev_lang.source_lang}->"
-                            f"{rev_lang.target_lang}, not {rec.cfg.data.target_lang}->"
-                            f"{rec.cfg.data.source_lang}")
         same = bool(stored_rev) and (Path(stored_rev["workdir"]).resolve()
                                      == Path(reverse_workdir).resolve())
         rev, rec_rev = _direction(reverse_workdir, stored_rev if same else {}, given, targets,
