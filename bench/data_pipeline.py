@@ -90,7 +90,7 @@ def launch(repo: Path, args: list[str], env: dict, workdir: Path, stop_after: in
     with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: it never fills up
         process = subprocess.Popen([sys.executable, str(repo / "train.py"), *args], cwd=repo,
                                    env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
-        first, ended = None, None
+        first, ended, stopping = None, None, False
         while ended is None and time.time() - start < timeout:
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)  # rusage of this child
             if pid:
@@ -98,8 +98,9 @@ def launch(repo: Path, args: list[str], env: dict, workdir: Path, stop_after: in
                 break
             train = [r for r in read_records(metrics)[seen:] if r["split"] == "train"]
             first = first or (train[0] if train else None)
-            if len(train) == stop_after:
-                process.send_signal(signal.SIGTERM)
+            if len(train) >= stop_after and not stopping:
+                process.send_signal(signal.SIGTERM)  # once: a second one interrupts at once
+                stopping = True
             time.sleep(0.05)
         if ended is None:
             process.kill()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LAYERS = ("configs", "data", "attention", "models")
-ENTRY_POINTS = {"attention/inspect.py", "attention/gold_aer.py", "attention/heads.py"}
+ENTRY_POINTS = {"attention/inspect.py", "attention/gold_aer.py", "attention/heads.py",
+                "attention/align.py"}
 
 
 def imported_packages(path: Path) -> set[str]:
