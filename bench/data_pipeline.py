@@ -120,13 +120,16 @@ def launch(repo: Path, args: list[str], env: dict, workdir: Path, stop_after: in
             "records": [r for r in records if r["split"] == "train"]}
 
 
-def pipeline_rate(cfg, batches: int = 300) -> float:
-    """Batches/s of the cached data through TrainBatcher (+ packing), in this process."""
+def pipeline_rates(cfg, batches: int = 300) -> dict[str, float]:
+    """Batches/s of the cached data through the input pipeline alone, in this process:
+    `attnmt` is train.py's (TrainBatcher + packing when the config packs, in a prefetch
+    thread); `grain_threads` the same batches through grain's MapDataset with 2 reader
+    threads (when grain is installed: the candidate replacement of issue 18)."""
     import math
 
-    from data.batching import TrainBatcher
+    from data.batching import TrainBatcher, prefetch
     from data.cache import DataCache
-    from data.packing import pack_batches
+    from data.packing import pack_batch, pack_batches
     from data.streaming import training_source
 
     source = training_source(cfg.data)
@@ -138,11 +141,31 @@ def pipeline_rate(cfg, batches: int = 300) -> float:
                                     cfg.data.max_length, cfg.data.long_pairs)
     batcher = TrainBatcher(src, tgt, cfg.train.batch_tokens, cfg.data.max_length,
                            bucket_step=cfg.data.bucket_step, seed=cfg.train.seed)
-    iterator = pack_batches(batcher.iterate(), cfg.data.pack_length, math.lcm(8, 1))
-    start = time.perf_counter()
-    for _ in range(batches):
-        next(iterator)
-    return batches / (time.perf_counter() - start)
+    multiple = math.lcm(8, 1)
+
+    def rate(iterator) -> float:
+        next(iterator)  # thread start-up and the epoch plan are not the steady rate
+        start = time.perf_counter()
+        for _ in range(batches):
+            next(iterator)
+        return round(batches / (time.perf_counter() - start), 1)
+
+    rates = {"attnmt": rate(prefetch(pack_batches(batcher.iterate(), cfg.data.pack_length,
+                                                  multiple)))}
+    try:
+        import grain
+    except ImportError:
+        return rates
+
+    def load(index: int) -> dict:
+        epoch, i = batcher.position(index)
+        batch = batcher.batch(epoch, i)
+        return pack_batch(batch, cfg.data.pack_length, multiple) if cfg.data.pack_length else batch
+
+    dataset = grain.MapDataset.range(10 * batches).map(load)
+    rates["grain_threads"] = rate(iter(dataset.to_iter_dataset(
+        grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))))
+    return rates
 
 
 def run(args) -> dict:
@@ -181,7 +204,7 @@ def run(args) -> dict:
 
         cfg = load_config_json(root / "w1")  # the run's own resolved config
         cfg.data.cache_dir = str(root / "xdg" / "attnmt" / "data")
-        rate = round(pipeline_rate(cfg), 1)
+        rate = pipeline_rates(cfg)
     return {"pairs": args.pairs or "multi30k", "config": args.config, "repo": str(repo),
             "commit": subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
                                      capture_output=True, text=True).stdout.strip(),
@@ -200,7 +223,7 @@ def print_table(result: dict) -> None:
     steady = result["phases"]["steady"]
     print(f"steady: {steady['steps']} steps, input wait {steady['input_wait']} of the loop, "
           f"{steady['tokens_per_sec']} tokens/s; pipeline alone "
-          f"{result['pipeline_batches_per_s']} batches/s")
+          f"batches/s: {result['pipeline_batches_per_s']}")
 
 
 def main() -> None:

@@ -22,7 +22,8 @@ user, as Hugging Face's cache is):
 Keys hold the fingerprints, so other data or another tokenizer never meets a stale entry.
 Every use re-hashes an entry's files against its manifest: a corrupted or half-copied
 entry is reported on stderr, deleted and rebuilt, never used. Entries are built in a
-temporary folder renamed into place when complete, under an exclusive lock on
+temporary folder renamed into place when complete (a build cut off by a kill leaves only
+that folder, deleted by the next build), under an exclusive lock on
 `<cache_dir>/.lock` (processes of one multi-process launch build an entry once). The
 pairs keep corpus order, so the batcher draws exactly the batches it drew from lists.
 """
@@ -42,7 +43,7 @@ import ml_collections
 import numpy as np
 from tqdm import tqdm
 
-from configs.files import require_file, temp_folder, write_atomic
+from configs.files import remove_stale_temp_files, require_file, temp_folder, write_atomic
 from data.batching import TokenArray
 from data.corpora import DataError
 from data.streaming import Scan, TrainingSource, sample_for_tokenizer, scan
@@ -120,6 +121,7 @@ class DataCache:
             cached = self.folder / "tokenizers" / _key(
                 corpus.data_sha256, tokenizer_meta(cfg_data), cfg_data.spm_max_sentences)
             with self._locked():
+                remove_stale_temp_files(cached.parent)
                 if (cached / META_FILE).is_file():
                     try:
                         load_or_train_tokenizer(cached, cfg_data, _no_text)
@@ -165,6 +167,7 @@ class DataCache:
                 if entry.exists():
                     _warn(f"data cache entry {entry} is damaged ({e}); encoding again")
                     shutil.rmtree(entry)
+            remove_stale_temp_files(entry.parent)  # builds cut off by a kill
             with temp_folder(entry) as tmp:
                 _build_entry(tmp, source, corpus, tokenizer, inputs)
                 os.replace(tmp, entry)

@@ -196,3 +196,12 @@ def test_token_array_from_lists():
     assert list(array[0]) == [5, 6, 3] and list(array[1]) == [] and list(array[2]) == [7, 3]
     with pytest.raises(ValueError, match="do not index"):
         TokenArray(np.zeros(3, np.int32), np.array([0, 2]))
+
+
+def test_a_build_cut_off_by_a_kill_leaves_nothing_behind(tmp_path):
+    cfg = text_config(tmp_path, n=200)
+    leftover = DataCache(cfg.cache_dir).folder / "encoded" / ".0123abcd.k1ll3d_x.tmp"
+    (leftover / "source.bin").parent.mkdir(parents=True)
+    (leftover / "source.bin").write_bytes(b"\0" * 64)  # a kill mid-build: no lock holds it
+    build(cfg, tmp_path / "run")
+    assert not leftover.exists() and len(entries(cfg)) == 1
