@@ -17,7 +17,7 @@ from data.corpora import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ["multi30k_de_en", "multi30k_de_en_cpu", "multi30k_en_de", "multi30k_en_fr",
-               "tatoeba_de_en", "iwslt2017_de_en", "smoke"]
+               "tatoeba_de_en", "iwslt2017_de_en", "smoke", "align_de_en"]
 REQUIRED = ["data.dataset", "data.source_lang", "data.target_lang", "data.vocab_size",
             "data.max_length", "model.d_model", "model.num_heads", "model.num_encoder_layers",
             "model.num_decoder_layers", "model.d_ff", "model.dropout", "model.attention_dropout",
@@ -89,6 +89,12 @@ def test_experiment_specifics():
     cpu = parse(["prog", f"--config={ROOT / 'configs/multi30k_de_en_cpu.py'}"])
     assert (cpu.data.vocab_size, cpu.data.spm_model_type, cpu.data.bucket_step) == (6000, "unigram", 8)
     assert (cpu.model.dropout, cpu.train.learning_rate, cpu.train.max_minutes) == (0.2, 3e-3, 60.0)
+    # The alignment config: both directions, the gold pairs' own training files.
+    for arg, (src, tgt) in (("", ("de", "en")), (":en-de", ("en", "de"))):
+        align = parse(["prog", f"--config={ROOT / 'configs/align_de_en.py'}{arg}"])
+        assert (align.data.source_lang, align.data.target_lang) == (src, tgt)
+        assert align.data.train_source.endswith(f"train.{src}")
+        assert align.data.valid_target.endswith(f"val.{tgt}.gz")
 
 
 def test_overrides_through_absl_flags():
