@@ -41,12 +41,11 @@ from pathlib import Path
 
 import ml_collections
 import numpy as np
-from tqdm import tqdm
 
 from configs.files import remove_stale_temp_files, require_file, temp_folder, write_atomic
 from data.batching import TokenArray
 from data.corpora import DataError
-from data.streaming import Scan, TrainingSource, sample_for_tokenizer, scan
+from data.streaming import Scan, TrainingSource, progress, sample_for_tokenizer, scan
 from data.tokenizer import (
     META_FILE,
     Tokenizer,
@@ -191,8 +190,7 @@ def _build_entry(folder: Path, source: TrainingSource, corpus: Scan, tokenizer: 
     lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
     digests = {side: hashlib.sha256() for side in SIDES}
     dropped = 0
-    progress = tqdm(total=corpus.pairs, unit=" pairs", desc="encode training data",
-                    dynamic_ncols=True, mininterval=2, disable=corpus.pairs < 200_000)
+    bar = progress("encode the training data", corpus.pairs)
     with open(folder / "source.bin", "wb") as src_file, open(folder / "target.bin", "wb") as tgt_file:
         files = {"source": src_file, "target": tgt_file}
         for sources, targets in source.chunks(ENCODE_CHUNK):
@@ -206,8 +204,8 @@ def _build_entry(folder: Path, source: TrainingSource, corpus: Scan, tokenizer: 
                 files[side].write(data)
                 digests[side].update(data)
                 lengths[side].append(sizes)
-            progress.update(len(sources))
-    progress.close()
+            bar.update(len(sources))
+    bar.close()
     manifest = {"format": FORMAT, **inputs, "pairs_read": corpus.pairs, "dropped": dropped,
                 "dtype": np.dtype(dtype).name, "files": {}}
     for side in SIDES:

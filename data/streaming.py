@@ -27,6 +27,7 @@ from pathlib import Path
 
 import ml_collections
 import numpy as np
+from tqdm import tqdm
 
 from configs.files import require_file
 from data import corpora
@@ -151,6 +152,12 @@ def training_source(cfg_data: ml_collections.ConfigDict) -> TrainingSource:
                           name=f"{cfg_data.dataset} training split")
 
 
+def progress(desc: str, total: int | None = None) -> tqdm:
+    """A progress bar on stderr, in pairs, shown only if its stage lasts over 3 seconds."""
+    return tqdm(total=total, desc=desc, unit=" pairs", unit_scale=True, delay=3,
+                mininterval=2, dynamic_ncols=True)
+
+
 def scan(source: TrainingSource) -> Scan:
     """Counts the pairs and computes `corpora.corpus_fingerprint` of them, streaming (two
     passes: that hash takes every source line before any target line).
@@ -161,9 +168,12 @@ def scan(source: TrainingSource) -> Scan:
     digest = hashlib.sha256()
     pairs = 0
     for side in (0, 1):
-        for chunk in source.chunks():
-            digest.update("".join(line + "\n" for line in chunk[side]).encode("utf-8"))
-            pairs += len(chunk[side]) if side == 0 else 0
+        with progress(f"fingerprint the training data ({('sources', 'targets')[side]})",
+                      pairs or None) as bar:
+            for chunk in source.chunks():
+                digest.update("".join(line + "\n" for line in chunk[side]).encode("utf-8"))
+                pairs += len(chunk[side]) if side == 0 else 0
+                bar.update(len(chunk[side]))
         digest.update(b"\0")
     if pairs == 0:
         raise DataError(f"empty corpus: no {source.name} pair has both sides non-empty")
@@ -183,7 +193,9 @@ def sample_for_tokenizer(source: TrainingSource, pairs: int, joint: bool, max_se
     out: list[list[str]] = [[""] * (n if keep is None else len(keep))
                             for n, keep in zip(sides, wanted, strict=True)]
     start = 0
+    bar = progress("read the tokenizer's sample", pairs)
     for chunk in source.chunks():
+        bar.update(len(chunk[0]))
         for side, lines in enumerate(chunk):
             pool = 0 if joint else side
             offset = start + (side * pairs if joint else 0)
@@ -195,4 +207,5 @@ def sample_for_tokenizer(source: TrainingSource, pairs: int, joint: bool, max_se
             for slot in range(lo, hi):
                 out[pool][slot] = lines[keep[slot] - offset]
         start += len(chunk[0])
+    bar.close()
     return out

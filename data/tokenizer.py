@@ -26,6 +26,7 @@ import io
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -265,6 +266,9 @@ def load_or_train_tokenizer(
                       character_coverage=cfg_data.character_coverage,
                       max_sentences=cfg_data.spm_max_sentences)
         train_sources, train_targets = training_text()
+        if len(train_sources) + len(train_targets) > 100_000:  # SentencePiece shows no progress
+            print(f"attnmt: training the tokenizer on {len(train_sources) + len(train_targets):,} "
+                  "sentences (a minute or so)", file=sys.stderr, flush=True)
         if cfg_data.joint_vocab:
             models = {JOINT_MODEL: train_model([*train_sources, *train_targets], **kwargs)}
         else:
