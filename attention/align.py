@@ -18,7 +18,7 @@ decoder layer `--layer` (or the mean of all), averaged over `--heads`; the row w
 target piece is predicted, or with `--shift` where it is the decoder input (Chen et al.
 2020); argmax, or every source piece with a weight >= `--threshold`.
 `--reverse_workdir` adds a model of the opposite direction (its links are transposed)
-and `--symmetrize` combines both (`attention.alignment.symmetrize`, atools' order).
+and `--symmetrize` combines both (`attention.alignment_scoring.symmetrize`, atools' order).
 
 `--gold F` (TALP, 1-indexed, sure `i-j` / possible `ipj`) only scores: stderr gets
 `AER: x precision: p recall: r` (percent, all pairs), then the same for the first
@@ -45,18 +45,16 @@ from absl import flags
 from absl import logging as absl_logging
 
 from attention.alignment import (
-    SYMMETRIZE,
     Link,
     Unit,
-    alignment_scores,
     format_pharaoh,
     make_units,
     pair_links,
     read_gold,
     read_pairs,
     read_sides,
-    symmetrize,
 )
+from attention.alignment_scoring import SYMMETRIZE, alignment_scores, symmetrize
 from configs import cli
 from configs.errors import UserError
 from configs.files import prepare_output_folder, write_atomic

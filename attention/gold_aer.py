@@ -23,7 +23,8 @@ from pathlib import Path
 from absl import flags
 from absl import logging as absl_logging
 
-from attention.alignment import alignment_scores, read_gold, read_pairs
+from attention.alignment import read_gold, read_pairs
+from attention.alignment_scoring import alignment_scores
 from configs import cli
 from configs.errors import UserError
 from configs.files import require_file, write_atomic

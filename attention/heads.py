@@ -31,7 +31,8 @@ import numpy as np
 from absl import flags
 from absl import logging as absl_logging
 
-from attention.alignment import aer, extract_alignment, read_talp
+from attention.alignment import extract_alignment, read_talp
+from attention.alignment_scoring import aer
 from attention.head_stats import HeadStats, is_punctuation, rarest_flags
 from attention.mapfile import load_maps
 from configs import cli

@@ -47,7 +47,8 @@ from pathlib import Path
 
 from absl import flags
 
-from attention.alignment import aer, extract_alignment, format_pharaoh, read_talp
+from attention.alignment import extract_alignment, format_pharaoh, read_talp
+from attention.alignment_scoring import aer
 from attention.mapfile import KINDS, AttentionMaps, MapFormatError, load_maps, validate_maps
 from configs import cli
 from configs.errors import UserError

@@ -58,7 +58,8 @@ from pathlib import Path
 
 import numpy as np
 
-from attention.alignment import aer, extract_alignment
+from attention.alignment import extract_alignment
+from attention.alignment_scoring import aer
 from attention.mapfile import DECODE_MODES, KINDS, AttentionMaps
 from attention.plotting import AXIS_NAMES, token_groups
 from configs.errors import UserError

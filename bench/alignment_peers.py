@@ -126,7 +126,8 @@ def run(args: argparse.Namespace) -> dict:
     if args.fast_align and not os.access(args.fast_align, os.X_OK):
         raise UserError(f"--fast_align {args.fast_align}: not an executable file")
     from attention.align import align, split_scores
-    from attention.alignment import SYMMETRIZE, read_gold, read_pairs, symmetrize
+    from attention.alignment import read_gold, read_pairs
+    from attention.alignment_scoring import SYMMETRIZE, symmetrize
 
     sources, targets = read_pairs(args.pairs)
     golds = read_gold(args.gold, sources, targets)

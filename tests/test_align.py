@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import run_module, run_script
 
-from attention.alignment import parse_pharaoh, read_gold, read_pairs, symmetrize
+from attention.alignment import parse_pharaoh, read_gold, read_pairs
+from attention.alignment_scoring import symmetrize
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PAIRS, GOLD = FIXTURES / "rwth_de_en.head10.de-en", FIXTURES / "rwth_de_en.head10.talp"

@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 
 from attention.alignment import (
-    aer,
-    alignment_scores,
     extract_alignment,
     extract_alignments,
     format_pharaoh,
@@ -22,9 +20,9 @@ from attention.alignment import (
     read_pharaoh,
     read_sides,
     read_talp,
-    symmetrize,
     words_from_pieces,
 )
+from attention.alignment_scoring import aer, alignment_scores, symmetrize
 from attention.mapfile import AttentionMaps, validate_maps
 from configs.errors import UserError
 
