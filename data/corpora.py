@@ -183,10 +183,6 @@ def training_files(cfg: ml_collections.ConfigDict) -> tuple[Path, Path] | None:
     return files(cfg, "train") if files else None
 
 
-def _load_multi30k(cfg: ml_collections.ConfigDict, split: str) -> Corpus:
-    return read_parallel(*_multi30k_files(cfg, split))
-
-
 def read_tatoeba(path: str | Path) -> tuple[list[str], list[str]]:
     """Reads a manythings.org Tatoeba file: `deu-eng.zip` or the `deu.txt` inside.
 
@@ -250,10 +246,6 @@ def _load_tatoeba(cfg: ml_collections.ConfigDict, split: str) -> Corpus:
     indices = np.sort(parts[split])
     sources, targets = (english, other) if cfg.source_lang == "en" else (other, english)
     return [sources[i] for i in indices], [targets[i] for i in indices]
-
-
-def _load_text(cfg: ml_collections.ConfigDict, split: str) -> Corpus:
-    return read_parallel(*_text_files(cfg, split))
 
 
 def parse_hf_data_files(spec: str) -> str | dict[str, str] | None:
@@ -339,9 +331,9 @@ def _load_hf(cfg: ml_collections.ConfigDict, split: str) -> Corpus:
 
 
 LOADERS: dict[str, Callable[[ml_collections.ConfigDict, str], Corpus]] = {
-    "multi30k": _load_multi30k,
+    "multi30k": lambda cfg, split: read_parallel(*_multi30k_files(cfg, split)),
     "tatoeba": _load_tatoeba,
-    "text": _load_text,
+    "text": lambda cfg, split: read_parallel(*_text_files(cfg, split)),
     "hf": _load_hf,
 }
 
