@@ -187,9 +187,13 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
             if itstime(step, cfg.train.log_every_steps, final):
                 check_finite()
                 sums = jax.device_get(pending)
-                loss = sum(m["loss_sum"] for m in sums) / max(sum(m["tokens"] for m in sums), 1.0)
+                tokens = max(sum(m["tokens"] for m in sums), 1.0)
+                loss = sum(m["loss_sum"] for m in sums) / tokens
                 window = max(time.time() - window_start, 1e-9)
-                log.write(step, "train", loss=float(loss), learning_rate=float(schedule(step - 1)),
+                head = ({"align_nll": float(sum(m["align_nll_sum"] for m in sums) / tokens)}
+                        if "align_nll_sum" in sums[-1] else {})  # models/alignment_head.py
+                log.write(step, "train", loss=float(loss), **head,
+                          learning_rate=float(schedule(step - 1)),
                           tokens_per_sec=window_tokens / window,
                           grad_norm=float(sums[-1]["grad_norm"]), epoch=epoch,
                           compile_seconds=compile_timer.seconds,

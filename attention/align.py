@@ -2,7 +2,7 @@
 
     python -m attention.align --workdir W (--pairs FILE | --source F --target F)
         [--gold gold.talp] [--reverse_workdir W2] [--symmetrize grow-diag-final-and|
-        intersect|union|none] [--layer L|mean] [--heads mean|0,2] [--[no]shift]
+        intersect|union|none] [--layer L|mean|alignment] [--heads mean|0,2] [--[no]shift]
         [--threshold argmax|X] [--checkpoint best|last|STEP] [--select]
 
 stdout: one Pharaoh line per input pair, in order, nothing dropped: 0-indexed `i-j`
@@ -16,18 +16,22 @@ cut into proportional consecutive chunks, aligned chunk by chunk: still one line
 How links are read (`attention.alignment.links_from_rows`): the cross-attention of
 decoder layer `--layer` (or the mean of all), averaged over `--heads`; the row where a
 target piece is predicted, or with `--shift` where it is the decoder input (Chen et al.
-2020); argmax, or every source piece with a weight >= `--threshold`.
+2020); argmax, or every source piece with a weight >= `--threshold`. A model trained
+with `model.alignment_head` (models/alignment_head.py) also offers `--layer alignment`:
+its mixture's posterior p(source piece | x, y_<=j), which sees the target piece itself
+(no shift applies); it is the default for such a model.
 `--reverse_workdir` adds a model of the opposite direction (its links are transposed)
 and `--symmetrize` combines both (`attention.alignment_scoring.symmetrize`, atools' order).
 
 `--gold F` (TALP, 1-indexed, sure `i-j` / possible `ipj`) only scores: stderr gets
 `AER: x precision: p recall: r` (percent, all pairs), then the same for the first
 `--dev_sentences` (100) pairs and the others, and the settings. `--select` (needs
---gold) tries every saved checkpoint x layer (each and mean) x shift x threshold (argmax
+--gold) tries every saved checkpoint x layer (each, mean, the head) x shift x threshold (argmax
 and THRESHOLDS) on the first 100 pairs alone, with a reverse model also the symmetri-
 sations of each direction's best 5, keeps the lowest dev AER and stores it in
 `<workdir>/eval/alignment.json`. A flag not given takes that stored value, else the
-built-in default (best checkpoint, the penultimate layer, heads mean, no shift, argmax;
+built-in default (best checkpoint, the head or else the penultimate layer, heads mean,
+no shift, argmax;
 grow-diag-final-and with a reverse model): the bare command reproduces the figures.
 From Python: `align(workdir, sources, targets, golds=...) -> dict` and `select(...)`.
 """
@@ -40,32 +44,21 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 from absl import flags
 from absl import logging as absl_logging
 
-from attention.alignment import (
-    Link,
-    Unit,
-    format_pharaoh,
-    make_units,
-    pair_links,
-    read_gold,
-    read_pairs,
-    read_sides,
-)
+from attention.alignment import format_pharaoh, read_gold, read_pairs, read_sides
 from attention.alignment_scoring import SYMMETRIZE, alignment_scores, symmetrize
 from configs import cli
 from configs.errors import UserError
 from configs.files import prepare_output_folder, write_atomic
+from models.forced_alignment import HEAD_LAYER, Recorded
 
 FLAGS = flags.FLAGS
 RESULT_FILE = Path("eval") / "alignment.json"  # relative to the workdir
 DEV_SENTENCES = 100  # the protocol: every setting is chosen on the first 100 gold pairs
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
-MAX_TOKENS = 1024  # pieces (with </s> or <s>) per side of one forced-decoding unit
 TOP_PER_DIRECTION = 5  # each direction's best settings combined by --select
-PAD_MULTIPLE = 16  # unit lengths are padded to a multiple: fewer shapes to compile
 SETTING_KEYS = ("checkpoint", "layer", "heads", "shift", "threshold")
 
 
@@ -78,7 +71,8 @@ def define_flags() -> None:
     flags.DEFINE_string("gold", None, "Gold links (.talp) to score against; links unchanged.")
     flags.DEFINE_string("reverse_workdir", None, "A run of the opposite direction.")
     flags.DEFINE_enum("symmetrize", None, [*SYMMETRIZE, "none"], "How to combine directions.")
-    flags.DEFINE_string("layer", None, "Decoder layer (negative from the end) or mean.")
+    flags.DEFINE_string("layer", None, "Decoder layer (negative from the end), mean, or "
+                        f"{HEAD_LAYER} (the model's alignment head).")
     flags.DEFINE_string("heads", None, "mean, or comma-separated head indices to average.")
     flags.DEFINE_bool("shift", None, "Read the row where the target word is the input.")
     flags.DEFINE_string("threshold", None, "argmax, or link every weight >= this number.")
@@ -86,82 +80,6 @@ def define_flags() -> None:
     flags.DEFINE_bool("select", False, "Choose the settings on the dev pairs and store them.")
     flags.DEFINE_integer("dev_sentences", DEV_SENTENCES, "Gold pairs that choose settings.")
     flags.DEFINE_integer("batch_size", 32, "Pairs per forced-decoding batch.")
-
-
-# ----------------------------------------------------------------------- forced decoding
-
-
-def record(model, tokenizer, units: Sequence[Unit], heads: str | Sequence[int],
-           batch_size: int, step: int = 0, limit: int = MAX_TOKENS) -> list[np.ndarray]:
-    """Teacher-forced cross-attention of every unit, averaged over `heads`.
-
-    Returns per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
-    y_0..y_{n-1}), source column (m pieces, then </s>). Units go in batches of similar
-    length (`data.batching.length_groups`, at most MAP_BATCH_CELLS cells), padded to a
-    multiple of PAD_MULTIPLE, at most `limit` (padding is masked: the rows of the real
-    tokens are the same).
-    """
-    from data.batching import length_groups
-    from data.tokenizer import EOS_ID, PAD_ID
-    from models.translate import MAP_BATCH_CELLS, record_maps
-
-    def pad(ids: list[int]) -> list[int]:
-        return ids + [PAD_ID] * max(min(-len(ids) % PAD_MULTIPLE, limit - len(ids)), 0)
-
-    sizes = [max(len(u.src) + 1, len(u.tgt) + 1) for u in units]
-    groups = length_groups(sizes, batch_size, max_cost=MAP_BATCH_CELLS,
-                           cost=lambda longest, rows: rows * 2 * (longest + PAD_MULTIPLE) ** 2)
-    out: list = [None] * len(units)
-    for group in groups:
-        maps = record_maps(model, tokenizer, [pad(units[i].src + [EOS_ID]) for i in group],
-                           [pad(units[i].tgt) for i in group], step=step)
-        cross = maps.cross  # [B, L, H, T, S]
-        head_index = slice(None) if heads == "mean" else list(heads)
-        for row, i in enumerate(group):
-            n, m = len(units[i].tgt), len(units[i].src)
-            out[i] = cross[row][:, head_index, : n + 1, : m + 1].mean(axis=1)
-    return out
-
-
-class Recorded:
-    """One run at one checkpoint, forced-decoded on N pairs: `links(...)` for any setting."""
-
-    def __init__(self, workdir: str | Path, checkpoint: str, sources: Sequence[str],
-                 targets: Sequence[str], heads: str | Sequence[int] = "mean",
-                 batch_size: int = 32, max_tokens: int | None = None):
-        from models.loading import load_params, load_tokenizer
-
-        self.workdir = Path(workdir)
-        self.cfg = cli.load_config_json(self.workdir)
-        tokenizer = load_tokenizer(self.workdir, self.cfg)
-        loaded = load_params(self.workdir, checkpoint, cfg=self.cfg, tokenizer=tokenizer)
-        self.step, self.num_layers = loaded.steps[-1], self.cfg.model.num_decoder_layers
-        if heads != "mean":
-            bad = [h for h in heads if not 0 <= h < self.cfg.model.num_heads]
-            if bad:
-                raise UserError(f"--heads {bad[0]}: {self.workdir} has heads 0.."
-                                f"{self.cfg.model.num_heads - 1}")
-        limit = max_tokens or MAX_TOKENS
-        if self.cfg.model.positions == "learned":
-            limit = min(limit, self.cfg.model.max_positions)
-        self.num_pairs = len(sources)
-        self.units = make_units(tokenizer, sources, targets, limit)
-        self.atts = record(loaded.model, tokenizer, self.units, heads, batch_size, self.step,
-                           limit)
-
-    def layer_index(self, layer: int | str) -> int | str:
-        """`layer` checked against the model: "mean" or an index in 0..L-1."""
-        if layer == "mean":
-            return layer
-        if not -self.num_layers <= int(layer) < self.num_layers:
-            raise UserError(f"--layer {layer}: {self.workdir} has decoder layers "
-                            f"0..{self.num_layers - 1}")
-        return int(layer) % self.num_layers
-
-    def links(self, layer, shift: bool, threshold: float | None,
-              transpose: bool = False) -> list[list[Link]]:
-        return pair_links(self.num_pairs, self.units, self.atts, self.layer_index(layer),
-                          shift, threshold, transpose)
 
 
 # ----------------------------------------------------------------------- settings
@@ -183,9 +101,11 @@ def stored_settings(workdir: str | Path) -> dict:
 
 
 def parse_layer(text: str) -> int | str:
-    if text == "mean" or text.lstrip("-").isdigit():
-        return text if text == "mean" else int(text)
-    raise UserError(f"--layer must be an index or 'mean', got {text!r}")
+    if text in ("mean", HEAD_LAYER):
+        return text
+    if text.lstrip("-").isdigit():
+        return int(text)
+    raise UserError(f"--layer must be an index, 'mean' or '{HEAD_LAYER}', got {text!r}")
 
 
 def parse_heads(text: str) -> str | tuple[int, ...]:
@@ -228,7 +148,9 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
     s["threshold"] = None if given.get("threshold") == "argmax" else s["threshold"]
     rec = Recorded(workdir, s["checkpoint"], sources, targets, s["heads"], batch_size, max_tokens)
     s["checkpoint"] = str(rec.step)
-    s["layer"] = rec.layer_index(max(rec.num_layers - 2, 0) if s["layer"] is None else s["layer"])
+    if s["layer"] is None:  # the head when there is one, else the penultimate layer
+        s["layer"] = HEAD_LAYER if rec.has_head else max(rec.num_layers - 2, 0)
+    s["layer"] = rec.layer_index(s["layer"])
     return s, rec
 
 
@@ -309,8 +231,8 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
     for step in steps:
         src, tgt = (targets, sources) if transpose else (sources, targets)
         rec = Recorded(workdir, step, src, tgt, heads, batch_size, max_tokens)
-        for layer in [*range(rec.num_layers), "mean"]:
-            for shift in (False, True):
+        for layer in rec.layers:
+            for shift in (False,) if layer == HEAD_LAYER else (False, True):
                 for threshold in (None, *THRESHOLDS):
                     links = rec.links(layer, shift, threshold, transpose)
                     settings = {"checkpoint": str(rec.step), "layer": layer, "heads": heads,

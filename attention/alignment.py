@@ -12,7 +12,7 @@ alignment command `python -m attention.align` use it):
 `links_from_rows` is the one reading of attention rows into links (argmax, or every
 source piece over a threshold); `read_pairs` / `read_sides` / `read_gold` read a bitext and its gold links, and
 `make_units` / `pair_links` cut it into the forced-decoding inputs of
-`attention.align.record` and read their attention back into word links per pair.
+`models.forced_alignment.record` and read their attention back into word links per pair.
 
 Indices are 0-indexed `(source, target)` pairs over the real tokens: `<s>` and `</s>`
 are never counted. With `words=True` they index words (whitespace tokens of the
@@ -318,7 +318,7 @@ def pair_links(num_pairs: int, units: Sequence[Unit], atts: Sequence[np.ndarray]
     """Word links per pair from per-unit attention (the union over a pair's chunks).
 
     atts: per unit float [L, n + 1, m + 1] (decoder layer, decoder input row <s> y_0 ..
-    y_{n-1}, source piece then </s>), as `attention.align.record` returns it; `layer` an
+    y_{n-1}, source piece then </s>), as `models.forced_alignment.record` returns it; `layer` an
     index or "mean"; `shift` reads row j + 1 for target piece j instead of row j;
     `transpose` swaps (i, j) for a model of the other direction. Returns N sorted lists.
     """

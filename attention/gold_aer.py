@@ -5,7 +5,7 @@
         --gold ../shared/data/alignment/de-en/gold.talp
 
 A thin alias over `attention.align`: the gold pairs are forced-decoded once
-(`attention.align.Recorded`) and scored with argmax links, heads averaged, for every
+(`models.forced_alignment.Recorded`) and scored with argmax links, heads averaged, for every
 decoder layer and the layer mean, on the prediction row and the "shift" row (Chen et al.
 2020). Prints the table and writes `<workdir>/eval/gold_aer.json`. For the links
 themselves, thresholds, symmetrisation and settings chosen on a dev split, use
@@ -54,7 +54,7 @@ def score(workdir: Path, pairs: Path, gold: Path, checkpoint: str, batch_size: i
     Raises:
       UserError: a missing or malformed file, different line counts, not a usable workdir.
     """
-    from attention.align import Recorded  # loads JAX when it forced-decodes
+    from models.forced_alignment import Recorded  # loads JAX when it forced-decodes
 
     require_file(pairs)
     if batch_size < 1:

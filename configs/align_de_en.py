@@ -47,6 +47,7 @@ def get_config(direction: str = "de-en") -> ml_collections.ConfigDict:
     config.data.test_source, config.data.test_target = config.data.valid_source, \
         config.data.valid_target
     config.data.max_length = 160
+    config.model.alignment_head = True  # the posterior aligner (models/alignment_head.py)
     config.train.max_minutes = 0.0  # a step budget, resumable across sessions
     config.train.num_steps = 8000
     config.eval.every_steps = 1000

@@ -71,6 +71,7 @@ def get_config() -> ml_collections.ConfigDict:
     model.param_dtype = "float32"
     model.attention_impl = "auto"
     model.embedding_grad = "auto"  # configs/model.py documents every model field
+    model.alignment_head = False  # word-alignment mixture (models/alignment_head.py)
 
     config.train = train = ml_collections.ConfigDict()
     train.num_steps = 20000

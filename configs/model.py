@@ -48,6 +48,9 @@ class ModelConfig:
     # Gradient of the embedding tables: one-hot matmul or scatter-add; "auto" = one_hot on
     # GPU/TPU, scatter on CPU (models/layers.py embedding_lookup).
     embedding_grad: str = "auto"
+    # A word-alignment mixture trained beside translation on stop-gradient inputs
+    # (models/alignment_head.py); off, the model and its parameters are unchanged.
+    alignment_head: bool = False
 
     @classmethod
     def from_config(cls, model: Mapping[str, Any], *, src_vocab_size: int,

@@ -29,6 +29,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from configs.model import ModelConfig
 from data.tokenizer import PAD_ID
+from models.alignment_head import mixture_log_likelihood
 from models.transformer import Transformer
 
 PACKING_KEYS = ("src_segments", "tgt_segments", "src_positions", "tgt_positions")
@@ -111,16 +112,31 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     positions of data/packing.py when the rows are packed; head_mask: heads to keep or
     remove, {kind: [L, H] or [L, B, H]} (models/transformer.py).
     Returns (mean smoothed loss, {"loss_sum", "nll_sum", "tokens"} float32 scalars).
+
+    A model with an alignment head (models/alignment_head.py) adds the head's negative
+    log-likelihood to the loss it returns and "align_nll_sum" to the sums; "loss_sum" and
+    "nll_sum" stay the translation's. The head's inputs are stop-gradient, so the
+    translation parameters get the same gradient as without it.
     """
     packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
-    logits, _ = model(batch["src"], batch["tgt_in"], dropout_rng=dropout_rng,
-                      head_mask=head_mask, **packing)
+    with_head = model.alignment_head is not None and head_mask is None
+    if with_head:
+        logits, joint = model.forward_with_alignment(batch["src"], batch["tgt_in"],
+                                                     batch["tgt_out"], dropout_rng=dropout_rng,
+                                                     **packing)
+    else:
+        logits, _ = model(batch["src"], batch["tgt_in"], dropout_rng=dropout_rng,
+                          head_mask=head_mask, **packing)
     smoothed, nll = token_losses(logits, batch["tgt_out"], label_smoothing)
     weights = (batch["tgt_out"] != PAD_ID).astype(jnp.float32)
     tokens = jnp.sum(weights)
     sums = {"loss_sum": jnp.sum(smoothed * weights), "nll_sum": jnp.sum(nll * weights),
             "tokens": tokens}
-    return sums["loss_sum"] / jnp.maximum(tokens, 1.0), sums
+    total = sums["loss_sum"]
+    if with_head:
+        sums["align_nll_sum"] = -jnp.sum(mixture_log_likelihood(joint) * weights)
+        total = total + sums["align_nll_sum"]
+    return total / jnp.maximum(tokens, 1.0), sums
 
 
 def make_train_step(graphdef: nnx.GraphDef, cfg_train,
@@ -166,7 +182,7 @@ def make_eval_step(graphdef: nnx.GraphDef, label_smoothing: float):
     """Jitted `(params, batch) -> {"loss_sum", "nll_sum", "tokens"}` without dropout."""
     def eval_fn(params, batch):
         _, sums = batch_loss(nnx.merge(graphdef, params), batch, label_smoothing)
-        return sums
+        return {k: sums[k] for k in ("loss_sum", "nll_sum", "tokens")}  # translation only
 
     return jax.jit(eval_fn)
 

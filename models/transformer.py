@@ -31,6 +31,7 @@ from attention import CrossKV, KVCache, segment_mask
 from attention.dropout import dropout
 from configs.model import ModelConfig
 from data.tokenizer import PAD_ID
+from models.alignment_head import AlignmentHead
 from models.layers import DecoderLayer, Embeddings, EncoderLayer, layer_norm, split_rng
 
 
@@ -80,6 +81,8 @@ class Transformer(nnx.Module):
         # Pre-LN stacks need a final norm; post-LN layers already end in one.
         self.encoder_norm = layer_norm(config, rngs) if config.pre_ln else None
         self.decoder_norm = layer_norm(config, rngs) if config.pre_ln else None
+        # The word-alignment mixture (models/alignment_head.py), trained beside translation.
+        self.alignment_head = AlignmentHead(config, rngs=rngs) if config.alignment_head else None
 
     def encode(self, src: jnp.ndarray, *, segments=None, positions=None, dropout_rng=None,
                return_weights: bool = False, head_mask: dict | None = None):
@@ -116,6 +119,16 @@ class Transformer(nnx.Module):
         segments, positions: int32 [B, T] and src_segments int32 [B, S] of packed rows, or None.
         Returns (logits float32 [B, T, V], {"decoder_self": [L, B, H, T, T], "cross": [L, B, H, T, S]} | None).
         """
+        states, weights = self.decoder_states(
+            tgt_in, memory, src_valid, segments=segments, positions=positions,
+            src_segments=src_segments, dropout_rng=dropout_rng, return_weights=return_weights,
+            head_mask=head_mask)
+        return self.target_embed.logits(states), weights
+
+    def decoder_states(self, tgt_in, memory, src_valid, *, segments=None, positions=None,
+                       src_segments=None, dropout_rng=None, return_weights=False,
+                       head_mask=None):
+        """`decode` up to the final (normed) decoder states [B, T, D], before the logits."""
         valid = tgt_in != PAD_ID
         self_mask = cross_mask = None
         if segments is not None:
@@ -134,9 +147,8 @@ class Transformer(nnx.Module):
             cross_ws.append(cross_w)
         if self.decoder_norm is not None:
             y = self.decoder_norm(y)
-        logits = self.target_embed.logits(y)
         weights = {"decoder_self": _stack(self_ws), "cross": _stack(cross_ws)} if return_weights else None
-        return logits, weights
+        return y, weights
 
     def _decoder_head_masks(self, head_mask: dict | None) -> list[tuple]:
         """Per decoder layer: (self-attention mask, cross-attention mask)."""
@@ -165,6 +177,30 @@ class Transformer(nnx.Module):
         if return_weights:
             weights = {"encoder_self": enc_w, **weights}
         return logits, weights
+
+    def forward_with_alignment(self, src, tgt_in, tgt_out, *, src_segments=None,
+                               tgt_segments=None, src_positions=None, tgt_positions=None,
+                               dropout_rng=None):
+        """The training pass plus the alignment head's joint scores (needs alignment_head).
+
+        src: int32 [B, S]; tgt_in, tgt_out: int32 [B, T] (decoder input and the pieces its
+        rows predict); packing arguments as in `__call__`. Returns (logits float32
+        [B, T, V], joint float32 [B, T, S]: log prior + log lexical of piece i for row j,
+        models/alignment_head.py; masked cells hold NEG_INF).
+        """
+        enc_rng, dec_rng = split_rng(dropout_rng, 2)
+        memory, src_valid, _ = self.encode(src, segments=src_segments, positions=src_positions,
+                                           dropout_rng=enc_rng)
+        states, _ = self.decoder_states(tgt_in, memory, src_valid, segments=tgt_segments,
+                                        positions=tgt_positions, src_segments=src_segments,
+                                        dropout_rng=dec_rng)
+        if src_segments is None:
+            mask = jnp.broadcast_to(src_valid[:, None, :], (*tgt_in.shape, src.shape[1]))
+        else:
+            mask = segment_mask(tgt_segments, src_segments)[:, 0]
+        rows = self.source_embed.tokens.embedding[...][src] * self.source_embed.d_model**0.5
+        joint = self.alignment_head.joint(states, memory, rows, tgt_out, mask)
+        return self.target_embed.logits(states), joint
 
     def init_decode_state(self, memory, src_valid, max_length: int) -> DecodeState:
         """Empty self-attention caches for `max_length` steps and the projected memory.

@@ -27,10 +27,12 @@ SCORE = r"precision: (\d+\.\d\d) recall: (\d+\.\d\d)"
 
 @pytest.fixture(scope="module")
 def reverse_workdir(tmp_path_factory) -> Path:
-    """The smoke config trained en->de (40 steps, ~20 s)."""
+    """The smoke config trained en->de (40 steps, ~20 s) with an alignment head, so the
+    tests read both the cross-attention (de->en) and the head's posterior (en->de)."""
     workdir = tmp_path_factory.mktemp("smoke_en_de") / "run"
     result = run_script("train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
-                        "--config.data.source_lang=en", "--config.data.target_lang=de")
+                        "--config.data.source_lang=en", "--config.data.target_lang=de",
+                        "--config.model.alignment_head=True")
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
@@ -134,7 +136,12 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
 
     sources, targets = read_pairs(PAIRS)
     fwd = align(smoke_workdir, sources, targets)["links"]
-    back = align(reverse_workdir, targets, sources)["links"]  # (en, de) links
+    backward = align(reverse_workdir, targets, sources)
+    back = backward["links"]  # (en, de) links
+    assert backward["settings"]["layer"] == "alignment"  # the head, when the model has one
+    assert back != align(reverse_workdir, targets, sources, layer=0)["links"]
+    with pytest.raises(UserError, match="--shift does not apply to --layer alignment"):
+        align(reverse_workdir, targets, sources, shift=True)
     rev = [[(i, j) for j, i in links] for links in back]
     for method in ("intersect", "union", "grow-diag-final-and"):
         result = align(smoke_workdir, sources, targets, reverse_workdir=reverse_workdir,
@@ -168,8 +175,10 @@ def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, rever
     assert set(settings) == {"checkpoint", "layer", "heads", "shift", "threshold",
                              "symmetrize", "reverse"}
     assert settings["checkpoint"] in ("20", "40") and settings["heads"] == "mean"
-    # 2 checkpoints x (layer 0, mean) x shift x (argmax + 7 thresholds), both directions.
-    assert len(stored["grid"]) == 2 * 64 and stored["selected_on"]["dev_sentences"] == 5
+    # 2 checkpoints x (layer 0, mean) x shift x (argmax + 7 thresholds), both directions;
+    # the reverse run's alignment head adds 2 checkpoints x (argmax + 7 thresholds).
+    assert len(stored["grid"]) == 2 * 64 + 16 and stored["selected_on"]["dev_sentences"] == 5
+    assert sum(g["layer"] == "alignment" for g in stored["grid"]) == 16
     forward = [g for g in stored["grid"] if g["direction"] == "forward"]
     assert stored["scores"]["dev"]["aer"] <= min(g["dev_aer"] for g in forward) + 1e-12
     assert stored["scores"]["dev"]["sentences"] == 5
@@ -217,7 +226,9 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
         "threshold": (["--workdir", str(absent), *good, "--threshold", "2"],
                       "--threshold must be 'argmax' or a number in (0, 1], got '2'"),
         "layer word": (["--workdir", str(absent), *good, "--layer", "top"],
-                       "--layer must be an index or 'mean'"),
+                       "--layer must be an index, 'mean' or 'alignment'"),
+        "no head": (["--workdir", str(smoke_workdir), *good, "--layer", "alignment"],
+                    "has no alignment head"),
         "bad symmetrize": (["--workdir", str(absent), *good, "--symmetrize", "grow"],
                            "--symmetrize"),
         "no workdir": (["--workdir", str(absent), *good], f"{absent}/config.json not found"),

@@ -1,0 +1,98 @@
+"""A word-alignment head: a neural IBM/HMM-style mixture on top of the translation model.
+
+Cross-attention is a *prior*: the row that predicts target piece y_j is computed before
+y_j is known, so it says where the decoder looks, not which source piece y_j translates.
+Statistical aligners (IBM models, HMM, eflomal) instead read the *posterior*
+
+    p(i | x, y_<=j) = a(i | x, y_<j) t(y_j | x_i) / sum_i' a(i' | x, y_<j) t(y_j | x_i')
+
+of a mixture model p(y_j | x, y_<j) = sum_i a(i | x, y_<j) t(y_j | x_i). This head is that
+mixture with neural parts (in the spirit of the neural HMM of Wang et al. 2018 and the
+alignment layers of Zenkel et al. 2020 / Chen et al. 2020):
+
+  * the prior a(i | ...) is a single-head attention whose query is the decoder's final
+    state at j (it has seen y_<j) and whose keys are the encoder's outputs (contextual,
+    so it can learn jumps, monotonicity and fertility-like behaviour);
+  * the lexical table t(y | x_i) is a softmax over the target vocabulary computed from the
+    source piece's *embedding* alone (no context, no position): so a link can only be
+    earned by what the source piece itself translates to, as in IBM models. The source
+    `</s>` plays IBM's NULL word.
+
+The head is trained by maximising log p(y_j | x, y_<j) over the training bitext, beside
+the translation loss. Its inputs are `stop_gradient`-ed, so the translation model is the
+same with or without it (its BLEU does not move); only the head's own parameters learn.
+Alignments are read from the posterior (attention/align.py `--layer alignment`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from configs.model import ModelConfig
+
+NEG_INF = -1e9  # added to masked logits; finite, so fully masked (padding) rows stay NaN-free
+
+
+class AlignmentHead(nnx.Module):
+    """The mixture's prior attention and lexical table (module docstring).
+
+    Args:
+      config: the model config; the head has d_model-sized projections, a d_ff hidden
+        layer for the lexical features and its own [tgt_vocab, d_model] output table.
+    """
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        d = config.d_model
+        kw = dict(param_dtype=jnp.dtype(config.param_dtype), rngs=rngs)
+        self.query_norm = nnx.LayerNorm(d, epsilon=1e-6, **kw)
+        self.query = nnx.Linear(d, d, **kw)
+        self.key = nnx.Linear(d, d, **kw)
+        self.lexical_up = nnx.Linear(d, config.d_ff, **kw)
+        self.lexical_down = nnx.Linear(config.d_ff, d, **kw)
+        self.lexical_norm = nnx.LayerNorm(d, epsilon=1e-6, **kw)
+        self.output = nnx.Embed(config.tgt_vocab_size, d, **kw,
+                                embedding_init=nnx.initializers.normal(d**-0.5))
+        self.output_bias = nnx.Param(jnp.zeros((config.tgt_vocab_size,),
+                                               jnp.dtype(config.param_dtype)))
+
+    def joint(self, decoder_states: jnp.ndarray, memory: jnp.ndarray,
+              source_embeddings: jnp.ndarray, targets: jnp.ndarray,
+              mask: jnp.ndarray) -> jnp.ndarray:
+        """log a(i | x, y_<j) + log t(y_j | x_i) for every target row j and source piece i.
+
+        decoder_states: [B, T, D], the final (normed) decoder state of the row predicting
+        targets[:, j]; memory: [B, S, D] encoder outputs; source_embeddings: [B, S, D]
+        token rows of the source (no positions); targets: int [B, T]; mask: bool
+        [B, T, S], True where row j may link to piece i. All float inputs are taken as
+        constants (stop_gradient). Returns float32 [B, T, S], NEG_INF where masked.
+        """
+        decoder_states, memory, source_embeddings = (
+            jax.lax.stop_gradient(x.astype(jnp.float32))
+            for x in (decoder_states, memory, source_embeddings))
+        q = self.query(self.query_norm(decoder_states))  # [B, T, D]
+        k = self.key(memory)  # [B, S, D]
+        prior = jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(q.shape[-1])
+        log_prior = jax.nn.log_softmax(jnp.where(mask, prior, NEG_INF), axis=-1)
+
+        h = source_embeddings + self.lexical_down(jax.nn.relu(self.lexical_up(source_embeddings)))
+        h = self.lexical_norm(h)  # [B, S, D]: what source piece i translates to
+        table, bias = self.output.embedding[...], self.output_bias[...]
+        log_z = jax.nn.logsumexp(jnp.einsum("bsd,vd->bsv", h, table) + bias, axis=-1)  # [B, S]
+        # Only the targets' columns of the [B, S, V] table are needed: score them directly.
+        score = jnp.einsum("bsd,btd->bts", h, jnp.take(table, targets, axis=0))
+        log_lexical = score + jnp.take(bias, targets)[..., None] - log_z[:, None, :]
+        return jnp.where(mask, log_prior + log_lexical, NEG_INF)
+
+
+def mixture_log_likelihood(joint: jnp.ndarray) -> jnp.ndarray:
+    """log p(y_j | x, y_<j) = logsumexp_i joint[..., j, i]: [B, T, S] -> [B, T]."""
+    return jax.nn.logsumexp(joint, axis=-1)
+
+
+def posterior(joint: jnp.ndarray) -> jnp.ndarray:
+    """p(i | x, y_<=j): the joint normalised over source pieces, [B, T, S] (rows sum to 1)."""
+    return jax.nn.softmax(joint, axis=-1)

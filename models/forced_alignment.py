@@ -1,0 +1,174 @@
+"""Forced decoding of a bitext for word alignment: every pair teacher-forced through a
+trained run, its cross-attention (and, when the model has one, its alignment head's
+posterior) kept per forced-decoding unit, then read into word links for any setting.
+
+    rec = Recorded("runs/align_de_en", "best", sources, targets)
+    links = rec.links(layer="alignment", shift=False, threshold=None)   # N sorted lists
+
+Used by the alignment command (attention/align.py) and `attention.gold_aer`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from attention.alignment import Link, Unit, make_units, pair_links
+from configs import cli
+from configs.errors import UserError
+
+MAX_TOKENS = 1024  # pieces (with </s> or <s>) per side of one forced-decoding unit
+PAD_MULTIPLE = 16  # unit lengths are padded to a multiple: fewer shapes to compile
+HEAD_LAYER = "alignment"  # the `layer` that reads the alignment head's posterior
+
+
+def _groups(units: Sequence[Unit], batch_size: int):
+    """Batches of units of similar length (`data.batching.length_groups`)."""
+    from data.batching import length_groups
+    from models.translate import MAP_BATCH_CELLS
+
+    sizes = [max(len(u.src) + 1, len(u.tgt) + 1) for u in units]
+    return length_groups(sizes, batch_size, max_cost=MAP_BATCH_CELLS,
+                         cost=lambda longest, rows: rows * 2 * (longest + PAD_MULTIPLE) ** 2)
+
+
+def _padded(ids: list[int], limit: int) -> list[int]:
+    from data.tokenizer import PAD_ID
+
+    return ids + [PAD_ID] * max(min(-len(ids) % PAD_MULTIPLE, limit - len(ids)), 0)
+
+
+def record(model, tokenizer, units: Sequence[Unit], heads: str | Sequence[int],
+           batch_size: int, step: int = 0, limit: int = MAX_TOKENS) -> list[np.ndarray]:
+    """Teacher-forced cross-attention of every unit, averaged over `heads`.
+
+    Returns per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
+    y_0..y_{n-1}), source column (m pieces, then </s>). Units go in batches of similar
+    length, padded to a multiple of PAD_MULTIPLE, at most `limit` (padding is masked:
+    the rows of the real tokens are the same).
+    """
+    from data.tokenizer import EOS_ID
+    from models.translate import record_maps
+
+    out: list = [None] * len(units)
+    for group in _groups(units, batch_size):
+        maps = record_maps(model, tokenizer,
+                           [_padded(units[i].src + [EOS_ID], limit) for i in group],
+                           [_padded(units[i].tgt, limit) for i in group], step=step)
+        cross = maps.cross  # [B, L, H, T, S]
+        head_index = slice(None) if heads == "mean" else list(heads)
+        for row, i in enumerate(group):
+            n, m = len(units[i].tgt), len(units[i].src)
+            out[i] = cross[row][:, head_index, : n + 1, : m + 1].mean(axis=1)
+    return out
+
+
+@functools.cache
+def _posterior_fn():
+    """The jitted (graphdef [static], state, src, tgt_in, tgt_out) -> posterior [B, T, S];
+    built on first use, so importing this module does not load JAX."""
+    import jax
+    from flax import nnx
+
+    from models.alignment_head import posterior
+
+    def fn(graphdef, state, src, tgt_in, tgt_out):
+        _, joint = nnx.merge(graphdef, state).forward_with_alignment(src, tgt_in, tgt_out)
+        return posterior(joint)
+
+    return jax.jit(fn, static_argnums=0)
+
+
+def record_head(model, units: Sequence[Unit], batch_size: int,
+                limit: int = MAX_TOKENS) -> list[np.ndarray]:
+    """The alignment head's posterior p(source piece i | x, y_<=j) of every unit
+    (models/alignment_head.py). Returns per unit float32 [n + 1, m + 1]: row j for
+    target piece y_j (row n: </s>), column i for source piece i (column m: </s>, NULL)."""
+    import jax
+    from flax import nnx
+
+    from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+    graphdef, state = nnx.split(model)
+    out: list = [None] * len(units)
+    for group in _groups(units, batch_size):
+        srcs = [_padded(units[i].src + [EOS_ID], limit) for i in group]
+        tgts = [_padded([BOS_ID, *units[i].tgt], limit) for i in group]
+        src = np.full((len(group), max(map(len, srcs))), PAD_ID, np.int32)
+        tgt_in = np.full((len(group), max(map(len, tgts))), PAD_ID, np.int32)
+        tgt_out = np.full_like(tgt_in, PAD_ID)
+        for row, i in enumerate(group):
+            src[row, : len(srcs[row])] = srcs[row]
+            tgt_in[row, : len(tgts[row])] = tgts[row]
+            n = len(units[i].tgt)
+            tgt_out[row, : n + 1] = [*units[i].tgt, EOS_ID]
+        post = np.asarray(jax.device_get(_posterior_fn()(graphdef, state, src, tgt_in,
+                                                           tgt_out)))
+        for row, i in enumerate(group):
+            n, m = len(units[i].tgt), len(units[i].src)
+            out[i] = post[row, : n + 1, : m + 1].astype(np.float32)
+    return out
+
+
+class Recorded:
+    """One run at one checkpoint, forced-decoded on N pairs: `links(...)` for any setting.
+
+    `layers` lists what `links` can read: each decoder layer's index, "mean" (of the
+    layers), and HEAD_LAYER when the model has an alignment head.
+    """
+
+    def __init__(self, workdir: str | Path, checkpoint: str, sources: Sequence[str],
+                 targets: Sequence[str], heads: str | Sequence[int] = "mean",
+                 batch_size: int = 32, max_tokens: int | None = None):
+        from models.loading import load_params, load_tokenizer
+
+        self.workdir = Path(workdir)
+        self.cfg = cli.load_config_json(self.workdir)
+        tokenizer = load_tokenizer(self.workdir, self.cfg)
+        loaded = load_params(self.workdir, checkpoint, cfg=self.cfg, tokenizer=tokenizer)
+        self.step, self.num_layers = loaded.steps[-1], self.cfg.model.num_decoder_layers
+        if heads != "mean":
+            bad = [h for h in heads if not 0 <= h < self.cfg.model.num_heads]
+            if bad:
+                raise UserError(f"--heads {bad[0]}: {self.workdir} has heads 0.."
+                                f"{self.cfg.model.num_heads - 1}")
+        limit = max_tokens or MAX_TOKENS
+        if self.cfg.model.positions == "learned":
+            limit = min(limit, self.cfg.model.max_positions)
+        self.num_pairs = len(sources)
+        self.units = make_units(tokenizer, sources, targets, limit)
+        self.atts = record(loaded.model, tokenizer, self.units, heads, batch_size, self.step,
+                           limit)
+        self.has_head = loaded.model.alignment_head is not None
+        self.head = record_head(loaded.model, self.units, batch_size, limit) \
+            if self.has_head else None
+        self.layers = [*range(self.num_layers), "mean", *([HEAD_LAYER] if self.has_head else [])]
+
+    def layer_index(self, layer: int | str) -> int | str:
+        """`layer` checked against the model: "mean", HEAD_LAYER or an index in 0..L-1."""
+        if layer == "mean":
+            return layer
+        if layer == HEAD_LAYER:
+            if not self.has_head:
+                raise UserError(f"--layer {HEAD_LAYER}: {self.workdir} has no alignment head "
+                                "(model.alignment_head)")
+            return layer
+        if not -self.num_layers <= int(layer) < self.num_layers:
+            raise UserError(f"--layer {layer}: {self.workdir} has decoder layers "
+                            f"0..{self.num_layers - 1}")
+        return int(layer) % self.num_layers
+
+    def links(self, layer, shift: bool, threshold: float | None,
+              transpose: bool = False) -> list[list[Link]]:
+        """Word links per pair; the head's posterior row j already aligns y_j (no shift)."""
+        layer = self.layer_index(layer)
+        if layer == HEAD_LAYER:
+            if shift:
+                raise UserError(f"--shift does not apply to --layer {HEAD_LAYER}")
+            return pair_links(self.num_pairs, self.units, [p[None] for p in self.head], 0,
+                              False, threshold, transpose)
+        return pair_links(self.num_pairs, self.units, self.atts, layer, shift, threshold,
+                          transpose)

@@ -1,0 +1,135 @@
+"""models/alignment_head.py: the mixture against NumPy, its invariants, that it leaves the
+translation model's gradient alone, and that it learns a known alignment."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import smoke
+from configs.model import ModelConfig
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from models.alignment_head import AlignmentHead, mixture_log_likelihood, posterior
+from models.training import batch_loss, create_train_state, make_train_step
+from models.transformer import Transformer
+
+
+def small_config(**overrides) -> ModelConfig:
+    values = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=16, num_heads=2,
+                  num_encoder_layers=1, num_decoder_layers=1, d_ff=32, alignment_head=True)
+    return ModelConfig(**{**values, **overrides})
+
+
+def np_layer_norm(x, scale, bias, eps=1e-6):
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * scale + bias
+
+
+def np_log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def test_joint_matches_a_numpy_reference():
+    rng = np.random.default_rng(0)
+    head = AlignmentHead(small_config(), rngs=nnx.Rngs(1))
+    p = jax.tree.map(np.asarray, nnx.state(head, nnx.Param).to_pure_dict())
+    states, memory, embeds = (rng.normal(size=s).astype(np.float32)
+                              for s in [(2, 3, 16), (2, 5, 16), (2, 5, 16)])
+    targets = np.array([[4, 7, EOS_ID], [9, EOS_ID, PAD_ID]])
+    mask = np.ones((2, 3, 5), bool)
+    mask[1, :, 3:] = False  # the second source has 3 pieces
+    got = np.asarray(head.joint(*map(jnp.asarray, (states, memory, embeds, targets, mask))))
+
+    q = np_layer_norm(states, p["query_norm"]["scale"], p["query_norm"]["bias"])
+    q = q @ p["query"]["kernel"] + p["query"]["bias"]
+    k = memory @ p["key"]["kernel"] + p["key"]["bias"]
+    prior = np.einsum("btd,bsd->bts", q, k) / 4.0
+    log_prior = np_log_softmax(np.where(mask, prior, -np.inf))
+    hidden = np.maximum(embeds @ p["lexical_up"]["kernel"] + p["lexical_up"]["bias"], 0)
+    h = embeds + hidden @ p["lexical_down"]["kernel"] + p["lexical_down"]["bias"]
+    h = np_layer_norm(h, p["lexical_norm"]["scale"], p["lexical_norm"]["bias"])
+    log_t = np_log_softmax(h @ p["output"]["embedding"].T + p["output_bias"])  # [B, S, V]
+    want = np.stack([log_t[b][:, targets[b]].T for b in range(2)]) + log_prior
+    np.testing.assert_allclose(got[mask], want[mask], rtol=1e-4, atol=1e-4)
+    assert np.all(got[~mask] <= -1e8)
+
+    # The mixture and its posterior: logsumexp over pieces, rows sum to 1, masked = 0.
+    log_lik = np.asarray(mixture_log_likelihood(jnp.asarray(got)))
+    np.testing.assert_allclose(log_lik, np.log(np.exp(np.where(mask, want, -np.inf)).sum(-1)),
+                               rtol=1e-4, atol=1e-4)
+    post = np.asarray(posterior(jnp.asarray(got)))
+    np.testing.assert_allclose(post.sum(-1), 1.0, rtol=1e-6)
+    assert np.all(post[~mask] == 0.0)
+
+
+def test_translation_gradient_is_unchanged_by_the_head():
+    """Same seed, same parameters but the head's: the translation part gets the same
+    gradient (stop_gradient inputs), and a model without the head has no head params."""
+    src = jnp.array([[5, 6, 7, EOS_ID, 0], [8, 9, EOS_ID, 0, 0]])
+    tgt_in = jnp.array([[BOS_ID, 10, 11, 0], [BOS_ID, 12, 0, 0]])
+    tgt_out = jnp.array([[10, 11, EOS_ID, 0], [12, EOS_ID, 0, 0]])
+    batch = {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
+    grads = {}
+    for with_head in (False, True):
+        model = Transformer(small_config(alignment_head=with_head), rngs=nnx.Rngs(0))
+        graphdef, params = nnx.split(model, nnx.Param)
+        params = params.to_pure_dict()
+
+        def loss(p, graphdef=graphdef):
+            return batch_loss(nnx.merge(graphdef, p), batch, 0.1)
+
+        (_, sums), grads[with_head] = jax.value_and_grad(loss, has_aux=True)(params)
+        assert ("align_nll_sum" in sums) == with_head
+    assert "alignment_head" not in grads[False]
+    head_grads = grads[True].pop("alignment_head")
+    assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(head_grads))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+                 grads[False], grads[True])
+
+
+def toy_bitext(rng, num_pairs: int, vocab: int = 12, offset: int = 4):
+    """A word-for-word 'language' with reordering: target word = source word + vocab,
+    target order = source order reversed. The true link of target j is source n-1-j."""
+    pairs = []
+    for _ in range(num_pairs):
+        n = int(rng.integers(3, 7))
+        src = list(rng.choice(vocab, size=n, replace=False) + offset)
+        pairs.append((src, [w + vocab for w in reversed(src)]))
+    return pairs
+
+
+def toy_batch(pairs) -> dict:
+    s = max(len(a) for a, _ in pairs) + 1
+    batch = {k: np.full((len(pairs), s), PAD_ID, np.int32) for k in ("src", "tgt_in", "tgt_out")}
+    for r, (a, b) in enumerate(pairs):
+        batch["src"][r, : len(a) + 1] = [*a, EOS_ID]
+        batch["tgt_in"][r, : len(b) + 1] = [BOS_ID, *b]
+        batch["tgt_out"][r, : len(b) + 1] = [*b, EOS_ID]
+    return batch
+
+
+@pytest.mark.slow
+def test_the_head_learns_a_known_alignment():
+    """Trained on the toy bitext, the posterior's argmax finds the reversed links (the
+    lexical table alone decides them: every word occurs once per sentence)."""
+    cfg = smoke.get_config()
+    cfg.model.update(d_model=32, num_heads=2, d_ff=64, alignment_head=True, dropout=0.0)
+    cfg.train.update(learning_rate=3e-3, warmup_steps=20)
+    graphdef, state = create_train_state(cfg, 40, 40)
+    step = make_train_step(graphdef, cfg.train)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        state, _ = step(state, toy_batch(toy_bitext(rng, 32)))
+    test = toy_bitext(np.random.default_rng(1), 64)
+    batch = toy_batch(test)
+    model = nnx.merge(graphdef, state["params"])
+    _, joint = model.forward_with_alignment(batch["src"], batch["tgt_in"], batch["tgt_out"])
+    best = np.asarray(jnp.argmax(posterior(joint), axis=-1))
+    right = total = 0
+    for r, (a, _) in enumerate(test):
+        n = len(a)
+        right += sum(int(best[r, j] == n - 1 - j) for j in range(n))
+        total += n
+    assert right / total > 0.95, right / total
