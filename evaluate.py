@@ -3,6 +3,8 @@
     python evaluate.py --workdir runs/de_en --split test --beam_size 5
     python evaluate.py --workdir runs/de_en --source talk.de [--reference talk.en]
     cat talk.de | python evaluate.py --workdir runs/de_en --source - > talk.en
+    python evaluate.py --workdir runs/de_en --ensemble runs/de_en_2,runs/de_en_3
+    python evaluate.py --workdir runs/de_en_seeds     # the parent of `train.py --seeds N`
 
 Flags (defaults in brackets):
   --workdir            a training run directory (required)
@@ -22,6 +24,9 @@ Flags (defaults in brackets):
   --save_attention N   record the attention maps of the returned hypotheses of the first
                        N sentences [0]
   --max_sentences N    only the first N lines of the input [0 = all]
+  --ensemble W2[,W3..] decode --workdir and these runs as one ensemble (models/ensemble.py:
+                       the mean of their log-probabilities at each step; maps of the
+                       first); they must share its tokenizer and direction [none]
   --name               output name [see below]
 
 Outputs, in `<workdir>/eval/` (each written atomically, so a failed or interrupted run
@@ -40,8 +45,9 @@ never leaves a half file over a good one):
                         ratio, hyp_len, ref_len}, chrf, chrf_signature, chrf_text (scores
                         are null without a reference), with --compat_lc_tok bleu_lc_tok,
                         bleu_lc_tok_signature, bleu_lc_tok_preprocessing,
-                        bleu_lc_tok_text; files {hyp, json[, attention]}; timing
-                        {load_seconds, decode_seconds, compile_seconds,
+                        bleu_lc_tok_text; with --ensemble: ensemble (the member workdirs,
+                        --workdir first), checkpoint.member_steps; files {hyp, json[,
+                        attention]}; timing {load_seconds, decode_seconds, compile_seconds,
                         sentences_translated, target_tokens, sentences_per_sec,
                         target_tokens_per_sec[, attention_seconds,
                         attention_record_seconds, attention_preview_seconds]}; devices; time
@@ -59,14 +65,24 @@ From Python, with the flags as keyword options (no flags are parsed):
 The default `<name>` is `<base>.step<S>.<decode>`: base = the split, the source file's
 name without `.gz` / `.txt` (`talk.de`), or `stdin`; S = the checkpoint step (averaged:
 `avg<N>-step<S>`, S the newest); decode = `greedy` or `beam<K>`, e.g.
-`test.step20000.beam5`.
+`test.step20000.beam5`; an ensemble of M runs adds `.ens<M>` before the decode part.
+
+A `--workdir` that is the parent of `train.py --seeds N` runs (`seed<k>/` folders with a
+config.json, none of its own) evaluates every seed run with the same options (each
+writes its own `seed<k>/eval/` files, as above), then writes `<workdir>/eval/<name>.json`:
+the mean over seeds of bleu and bleu_lc_tok (with --compat_lc_tok), then their sample
+standard deviations bleu_std, bleu_lc_tok_std, chrf and chrf_std, per_seed {score:
+[values]}, workdirs (the seed runs), name, workdir, num_seeds, split, source, reference,
+checkpoint_steps (per seed), decoding, files {json, seeds}, time. `<name>` is the seeds'
+own name, with the requested checkpoint (`best`, `last`) when their steps differ.
 
 stdout gets `BLEU = ...` with the sacreBLEU signature, chrF, the number of sentences
 and the decoding speed. With `--source -` stdout gets the translations instead (one
 line per input line) and the summary goes to stderr. A progress bar runs on stderr.
 
 Bad input (no checkpoint, damaged checkpoint, missing or non-UTF-8 file, mismatched
-line counts, a tokenizer that does not fit the checkpoint) gives one `error: ...` line
+line counts, a tokenizer that does not fit the checkpoint, ensemble members with another
+tokenizer, stdin for seed runs) gives one `error: ...` line
 on stderr and exit code 2, before anything is written. Input files are checked before
 JAX is even imported, so such errors come back in about a second.
 """
@@ -81,15 +97,15 @@ import sys
 import time
 from pathlib import Path
 
-import ml_collections
 from absl import flags
 from absl import logging as absl_logging
 
 from configs import cli
 from configs.errors import UserError
 from configs.files import prepare_output_folder, write_atomic
-from data.corpora import DataError, decode_lines, load_corpus, read_lines
-from models.loading import checkpoint_dir, load_params, load_tokenizer
+from models import seeds
+from models.inputs import output_base, read_inputs
+from models.loading import check_ensemble, checkpoint_dir, load_params, load_tokenizer
 
 FLAGS = flags.FLAGS
 EVAL_DIR = "eval"
@@ -112,8 +128,12 @@ class EvalOptions:
     save_attention: int = 0
     max_sentences: int = 0
     name: str | None = None
+    ensemble: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        # A list from the flag or from Python, or one comma-separated string.
+        members = self.ensemble.split(",") if isinstance(self.ensemble, str) else self.ensemble
+        object.__setattr__(self, "ensemble", tuple(str(w) for w in members if str(w)))
         minimums = {"beam_size": 1, "batch_size": 1, "average_last": 0, "save_attention": 0,
                     "max_sentences": 0}
         for key, low in minimums.items():
@@ -149,6 +169,8 @@ FLAG_HELP = {
     "max_sentences": "Only the first N input lines (0 = all).",
     "name": "Output name in <workdir>/eval/ (default <split|source stem>.step<S>."
             "<greedy|beamK>).",
+    "ensemble": "Other runs decoded with --workdir as one ensemble (mean of the models' "
+                "log-probabilities; same tokenizer).",
 }
 
 
@@ -158,116 +180,31 @@ def define_flags() -> None:
     flags.DEFINE_string("workdir", None, "Training run directory (config.json, tokenizer/, "
                         "checkpoints/).")
     define = {"str": flags.DEFINE_string, "int": flags.DEFINE_integer,
-              "float": flags.DEFINE_float, "bool": flags.DEFINE_bool}
+              "float": flags.DEFINE_float, "bool": flags.DEFINE_bool,
+              "tuple[str, ...]": flags.DEFINE_list}
     for field in dataclasses.fields(EvalOptions):
         kind = str(field.type).split(" |")[0]  # "int | None" -> "int"
         define[kind](field.name, field.default, FLAG_HELP[field.name])
 
 
-# --------------------------------------------------------------------------- inputs
-
-
-@dataclasses.dataclass
-class Inputs:
-    """What to translate: source lines, optional references, and how to name them."""
-
-    sources: list[str]
-    references: list[str] | None
-    source_name: str  # for messages and the JSON: a path, "<stdin>" or "multi30k test (de)"
-    reference_name: str | None
-    base: str  # default output name stem
-    split: str | None
-
-
-def read_text(path: str) -> tuple[list[str], str]:
-    """Lines of a text file (plain or gzip) or of stdin (`-`); (lines, name for messages).
-
-    Raises DataError for a missing file or invalid UTF-8 (naming the file and line).
-    """
-    if path == "-":
-        return decode_lines(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
-    if Path(path).is_dir():
-        raise DataError(f"{path} is a directory, not a text file")
-    return read_lines(path), path
-
-
-def _file_stem(path: str) -> str:
-    if path == "-":
-        return "stdin"
-    return Path(path).name.removesuffix(".gz").removesuffix(".txt") or "source"
-
-
-def read_inputs(cfg: ml_collections.ConfigDict, split: str | None, source: str | None,
-                reference: str | None, max_sentences: int = 0) -> Inputs:
-    """Reads and checks the input text (before any model is loaded)."""
-    if source is None:
-        if reference is not None:
-            raise UserError("--reference needs --source (with --split the reference is the "
-                            "split's target side)")
-        split = split or "test"
-        sources, references = load_corpus(cfg.data, split)
-        what = f"{cfg.data.dataset} {split}"
-        inputs = Inputs(sources, references, f"{what} ({cfg.data.source_lang})",
-                        f"{what} ({cfg.data.target_lang})", split, split)
-    else:
-        if split is not None:
-            raise UserError("give either --split or --source, not both")
-        if source == "-" and reference == "-":
-            raise UserError("--source and --reference cannot both be stdin ('-')")
-        sources, source_name = read_text(source)
-        references, reference_name = read_text(reference) if reference else (None, None)
-        if references is not None and len(references) != len(sources):
-            raise DataError(f"mismatched line counts: {source_name} has {len(sources)} lines, "
-                            f"{reference_name} has {len(references)}")
-        inputs = Inputs(sources, references, source_name, reference_name, _file_stem(source),
-                        None)
-    if not inputs.sources:
-        raise DataError(f"{inputs.source_name} is empty: nothing to translate")
-    if max_sentences > 0:
-        inputs.sources = inputs.sources[:max_sentences]
-        if inputs.references is not None:
-            inputs.references = inputs.references[:max_sentences]
-    return inputs
-
-
 # --------------------------------------------------------------------------- outputs
 
 
-def default_name(base: str, steps: list[int], beam_size: int) -> str:
-    """`<base>.step<S>.<greedy|beamK>`, `avg<N>-step<S>` when averaging."""
-    ckpt = f"step{steps[-1]}" if len(steps) == 1 else f"avg{len(steps)}-step{steps[-1]}"
-    return f"{base}.{ckpt}.{'greedy' if beam_size == 1 else f'beam{beam_size}'}"
+def checkpoint_label(steps: list[int]) -> str:
+    """`step<S>`, or `avg<N>-step<S>` for the mean of N checkpoints up to step S."""
+    return f"step{steps[-1]}" if len(steps) == 1 else f"avg{len(steps)}-step{steps[-1]}"
+
+
+def default_name(base: str, checkpoint: str, beam_size: int, members: int = 1) -> str:
+    """`<base>.<checkpoint>[.ens<M>].<greedy|beamK>` (M: the models of an ensemble)."""
+    ensemble = f".ens{members}" if members > 1 else ""
+    return f"{base}.{checkpoint}{ensemble}.{'greedy' if beam_size == 1 else f'beam{beam_size}'}"
 
 
 def check_name(name: str) -> str:
     if not name or name in (".", "..") or "/" in name or os.sep in name:
         raise UserError(f"--name {name!r}: must be a plain file name (no '/')")
     return name
-
-
-def summary_lines(result: dict) -> list[str]:
-    """What is printed: scores with signatures, sentences and speed."""
-    lines = []
-    if result.get("bleu") is not None:
-        lines += [result["bleu_text"], f"  signature: {result['bleu_signature']}",
-                  result["chrf_text"], f"  signature: {result['chrf_signature']}"]
-        if "bleu_lc_tok" in result:
-            lines += [f"lowercased Moses-tokenized (compat) {result['bleu_lc_tok_text']}",
-                      f"  signature: {result['bleu_lc_tok_signature']} (after "
-                      f"{result['bleu_lc_tok_preprocessing']})"]
-    t, d = result["timing"], result["decoding"]
-    steps = result["checkpoint"]["steps"]
-    ckpt = (f"step {steps[0]}" if len(steps) == 1
-            else f"average of steps {', '.join(map(str, steps))}")
-    lines.append(
-        f"{result['num_sentences']} sentences ({result['num_empty']} empty), {ckpt}, "
-        f"{d['decode']}{'' if d['beam_size'] == 1 else ' ' + str(d['beam_size'])}: "
-        f"{t['decode_seconds']:.1f} s decoding, {t['sentences_per_sec']:.1f} sentences/s, "
-        f"{t['target_tokens_per_sec']:.0f} target tokens/s ({t['compile_seconds']:.1f} s of it "
-        f"compiling)")
-    lines.append(f"wrote {result['files']['hyp']}" + (
-        f" and {result['files']['attention']}" if result["files"].get("attention") else ""))
-    return lines
 
 
 # ------------------------------------------------------------------------------ main
@@ -280,10 +217,19 @@ def evaluate(workdir: str | Path, **options) -> dict:
     Raises UserError for bad input before anything is written.
     """
     workdir, opts = Path(workdir), EvalOptions(**options)
-    cfg = cli.load_config_json(workdir)
+    seed_runs = seeds.seed_runs_of(workdir)
+    if seed_runs:
+        return evaluate_seeds(workdir, seed_runs, opts)
+    members = [workdir, *map(Path, opts.ensemble)]  # the first one's maps are recorded
+    cfgs = [cli.load_config_json(w) for w in members]
+    cfg = cfgs[0]
     inputs = read_inputs(cfg, opts.split, opts.source, opts.reference, opts.max_sentences)
-    tokenizer = load_tokenizer(workdir, cfg)
-    checkpoint_dir(workdir)
+    tokenizers = [load_tokenizer(w, c) for w, c in zip(members, cfgs, strict=True)]
+    tokenizer = tokenizers[0]
+    if len(members) > 1:
+        check_ensemble(members, cfgs, tokenizers)
+    for member in members:
+        checkpoint_dir(member)
     beam_size = opts.beam_size or int(cfg.eval.beam_size)
     batch_size = opts.batch_size or int(cfg.eval.batch_size)
     length_penalty = (opts.length_penalty if opts.length_penalty is not None
@@ -294,15 +240,20 @@ def evaluate(workdir: str | Path, **options) -> dict:
     import jax
 
     from models.compilation import enable_compilation_cache
-    from models.evaluation import save_attention, score, translate_lines
+    from models.ensemble import Ensemble
+    from models.evaluation import save_attention, score, summary_lines, translate_lines
 
     out_dir = prepare_output_folder(workdir / EVAL_DIR)  # read-only: fail before decoding
     enable_compilation_cache()
     load_start = time.perf_counter()
-    loaded = load_params(workdir, opts.checkpoint, opts.average_last, cfg=cfg,
-                         tokenizer=tokenizer)
+    runs = [load_params(w, opts.checkpoint, opts.average_last, cfg=c, tokenizer=t)
+            for w, c, t in zip(members, cfgs, tokenizers, strict=True)]
+    loaded = runs[0]
+    # One model is decoded as itself: the ensemble wrapper only when there are several.
+    model = loaded.model if len(runs) == 1 else Ensemble([run.model for run in runs])
     load_seconds = time.perf_counter() - load_start
-    name = opts.name or default_name(inputs.base, loaded.steps, beam_size)
+    name = opts.name or default_name(inputs.base, checkpoint_label(loaded.steps), beam_size,
+                                     len(members))
     if cfg.model.positions == "learned":
         longest = max(len(s) for s in tokenizer.encode_source(inputs.sources))
         if 1.5 * longest + 10 > cfg.model.max_positions:
@@ -310,7 +261,7 @@ def evaluate(workdir: str | Path, **options) -> dict:
                   f"than model.max_positions={cfg.model.max_positions} learned positions "
                   "degrade", file=sys.stderr)
 
-    hyps, timing = translate_lines(loaded.model, tokenizer, inputs.sources, beam_size=beam_size,
+    hyps, timing = translate_lines(model, tokenizer, inputs.sources, beam_size=beam_size,
                                    length_penalty=length_penalty, batch_size=batch_size,
                                    bucket_step=bucket_step, progress=True)
     timing["load_seconds"] = load_seconds
@@ -341,13 +292,16 @@ def evaluate(workdir: str | Path, **options) -> dict:
         "bleu": None,
         "chrf": None,
     }
+    if len(members) > 1:
+        result["ensemble"] = [str(w) for w in members]
+        result["checkpoint"]["member_steps"] = [run.steps for run in runs]
     if inputs.references is not None:
         result.update(score(hyps, inputs.references, compat_lc_tok=opts.compat_lc_tok,
                             target_lang=cfg.data.target_lang))
     if opts.save_attention:
         start = time.perf_counter()
         path, attention_timing = save_attention(
-            loaded.model, tokenizer, inputs.sources, opts.save_attention, beam_size=beam_size,
+            model, tokenizer, inputs.sources, opts.save_attention, beam_size=beam_size,
             length_penalty=length_penalty, batch_size=batch_size, step=loaded.steps[-1],
             out_dir=out_dir, stem=f"{name}.attention", progress=True)
         timing["attention_seconds"] = time.perf_counter() - start
@@ -360,6 +314,40 @@ def evaluate(workdir: str | Path, **options) -> dict:
     summary = sys.stderr if inputs.source_name == "<stdin>" else sys.stdout
     print("\n".join(summary_lines(result)), file=summary, flush=True)
     return result
+
+
+def evaluate_seeds(parent: Path, runs: list[Path], opts: EvalOptions) -> dict:
+    """`evaluate` of every seed run under `parent` with the same options, then their
+    scores over seeds (models/seeds.py) in `<parent>/eval/<name>.json` (module docstring);
+    returns that summary. Every run is checked before any is evaluated."""
+    if opts.ensemble:
+        raise UserError(f"--ensemble takes training workdirs; {parent} is a parent of seed runs")
+    if "-" in (opts.source, opts.reference):
+        raise UserError(f"{parent} holds {len(runs)} seed runs: stdin ('-') can be read only "
+                        "once, give --source a file")
+    for run in runs:  # each run is whole, or none is evaluated
+        cli.load_config_json(run)
+        checkpoint_dir(run)
+    out_dir = prepare_output_folder(parent / EVAL_DIR)
+    results = [evaluate(run, **dataclasses.asdict(opts)) for run in runs]
+    first = results[0]
+    if len({tuple(r["checkpoint"]["steps"]) for r in results}) == 1:
+        label = checkpoint_label(first["checkpoint"]["steps"])
+    else:  # e.g. each seed's own best step
+        averaged = f"avg{opts.average_last}-" if opts.average_last else ""
+        label = averaged + first["checkpoint"]["requested"]
+    name = opts.name or default_name(output_base(opts.split, opts.source), label,
+                                     first["decoding"]["beam_size"])
+    summary = seeds.summarize(results)
+    summary.update(name=name, workdir=str(parent), num_seeds=len(runs), split=first["split"],
+                   source=first["source"], reference=first["reference"],
+                   checkpoint_steps=[r["checkpoint"]["steps"] for r in results],
+                   decoding=first["decoding"],
+                   files={"json": str(out_dir / f"{name}.json"),
+                          "seeds": [r["files"]["json"] for r in results]}, time=time.time())
+    write_atomic(out_dir / f"{name}.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    print("\n".join(seeds.summary_lines(summary)), flush=True)
+    return summary
 
 
 def _quiet_coroutines(unraisable) -> None:

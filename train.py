@@ -2,11 +2,15 @@
 
     python train.py --config configs/multi30k_de_en.py --workdir runs/de_en \
         [--config.model.num_encoder_layers=4 ...]
+    python train.py --config configs/multi30k_de_en.py --workdir runs/de_en_seeds --seeds 3
 
 Running the same command again resumes from the last checkpoint: step, parameters,
 optimizer, data position and dropout keys continue exactly where they stopped.
 Writes `<workdir>/{config.json, tokenizer/, checkpoints/, metrics.jsonl,
 tensorboard/, attention/}`. From Python: `train.train(config, workdir) -> exit code`.
+`--seeds N` trains seeds 0..N-1 (`train.seed = k`) into `<workdir>/seed<k>/`, one after
+another, each resumed like a workdir; `evaluate.py --workdir <workdir>` then summarizes
+them (models/seeds.py). From Python: `train.train_seeds(config, workdir, N)`.
 
 Reliability:
   * Killed at any moment (SIGKILL, power loss of the process), the same command
@@ -33,6 +37,7 @@ Reliability:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging as std_logging
 import math
@@ -46,7 +51,7 @@ from ml_collections import config_flags
 from tqdm import tqdm
 
 from configs import cli
-from configs.cli import load_config_json, validate_config, write_config_json
+from configs.cli import CONFIG_JSON, load_config_json, validate_config, write_config_json
 from configs.errors import UserError
 from configs.files import remove_stale_temp_files
 from configs.resume import check_resume_config
@@ -67,6 +72,7 @@ from models.loop import (
     itstime,
 )
 from models.metrics_log import MetricsLog
+from models.seeds import seed_workdir, seed_workdirs
 from models.training import (
     create_train_state,
     initialize_distributed,
@@ -251,6 +257,26 @@ def report_signal(name: str, step: int, on_disk: list[int], workdir: Path) -> No
               f"a resume starts from {newest}", file=sys.stderr, flush=True)
 
 
+def train_seeds(cfg, parent: str | Path, num_seeds: int, *,
+                allow_config_change: tuple[str, ...] = ()) -> int:
+    """`train` of seeds 0..num_seeds-1 of `cfg` (train.seed = k) into `<parent>/seed<k>/`,
+    one after another; a finished seed resumes to no work. Returns the first non-zero
+    exit code (SIGINT/SIGTERM stop the remaining seeds), else 0."""
+    if num_seeds < 1:
+        raise UserError(f"--seeds must be at least 1, got {num_seeds}")
+    if (Path(parent) / CONFIG_JSON).is_file():
+        raise UserError(f"{parent} holds a single training run (config.json); --seeds needs a "
+                        "new --workdir or the parent of earlier --seeds runs")
+    for seed in range(num_seeds):
+        seeded = copy.deepcopy(cfg)  # the caller's config stays as it was
+        seeded.train.seed = seed
+        print(f"attnmt: seed {seed + 1} of {num_seeds}", file=sys.stderr, flush=True)
+        code = train(seeded, seed_workdir(parent, seed), allow_config_change=allow_config_change)
+        if code:
+            return code
+    return 0
+
+
 # --------------------------------------------------------------------- command line
 
 FLAGS = flags.FLAGS
@@ -267,6 +293,8 @@ def define_flags() -> None:
                         "checkpoints).")
     flags.DEFINE_list("allow_config_change", [], "Dotted config keys allowed to differ on "
                       "resume (besides the always-safe ones), e.g. model.dropout.")
+    flags.DEFINE_integer("seeds", None, "Train seeds 0..N-1 (train.seed) into "
+                         "<workdir>/seed<k>/, one after another.")
 
 
 def main(argv):
@@ -280,7 +308,13 @@ def main(argv):
     cfg = cli.resolve_config(_CONFIG)
     if not FLAGS.workdir:
         raise UserError("--workdir is required")
-    sys.exit(train(cfg, FLAGS.workdir, allow_config_change=tuple(FLAGS.allow_config_change)))
+    allowed = tuple(FLAGS.allow_config_change)
+    if FLAGS.seeds is not None:
+        sys.exit(train_seeds(cfg, FLAGS.workdir, FLAGS.seeds, allow_config_change=allowed))
+    if seed_workdirs(FLAGS.workdir) and not (Path(FLAGS.workdir) / CONFIG_JSON).is_file():
+        raise UserError(f"{FLAGS.workdir} holds --seeds runs (seed<k>/): add --seeds N, or "
+                        "give another --workdir")
+    sys.exit(train(cfg, FLAGS.workdir, allow_config_change=allowed))
 
 
 if __name__ == "__main__":

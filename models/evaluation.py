@@ -100,6 +100,34 @@ def score(hyps: list[str], refs: list[str], *, compat_lc_tok: bool = False,
     return out
 
 
+def summary_lines(result: dict) -> list[str]:
+    """What evaluate.py prints of its result (its JSON): scores with signatures,
+    sentences and speed."""
+    lines = []
+    if result.get("bleu") is not None:
+        lines += [result["bleu_text"], f"  signature: {result['bleu_signature']}",
+                  result["chrf_text"], f"  signature: {result['chrf_signature']}"]
+        if "bleu_lc_tok" in result:
+            lines += [f"lowercased Moses-tokenized (compat) {result['bleu_lc_tok_text']}",
+                      f"  signature: {result['bleu_lc_tok_signature']} (after "
+                      f"{result['bleu_lc_tok_preprocessing']})"]
+    t, d = result["timing"], result["decoding"]
+    steps = result["checkpoint"]["steps"]
+    ckpt = (f"step {steps[0]}" if len(steps) == 1
+            else f"average of steps {', '.join(map(str, steps))}")
+    if result.get("ensemble"):
+        ckpt += f" (ensemble of {len(result['ensemble'])} runs: maps of the first)"
+    lines.append(
+        f"{result['num_sentences']} sentences ({result['num_empty']} empty), {ckpt}, "
+        f"{d['decode']}{'' if d['beam_size'] == 1 else ' ' + str(d['beam_size'])}: "
+        f"{t['decode_seconds']:.1f} s decoding, {t['sentences_per_sec']:.1f} sentences/s, "
+        f"{t['target_tokens_per_sec']:.0f} target tokens/s ({t['compile_seconds']:.1f} s of it "
+        f"compiling)")
+    lines.append(f"wrote {result['files']['hyp']}" + (
+        f" and {result['files']['attention']}" if result["files"].get("attention") else ""))
+    return lines
+
+
 def save_attention(model, tokenizer, sources: list[str], n: int, *, beam_size: int,
                    length_penalty: float, batch_size: int, step: int, out_dir: Path,
                    stem: str, progress: bool = False) -> tuple[Path, dict]:

@@ -1,8 +1,9 @@
 """Load a trained run for inference: its tokenizer and the parameters of one checkpoint
 (or the element-wise mean of several), checked against the run's config.json.
 
-Used by evaluate.py, attention/gold_aer.py and bench/decode_speed.py. Heavy imports
-(JAX, orbax) happen inside the functions, so evaluate.py checks its inputs first.
+Used by evaluate.py (which also checks the members of an ensemble here),
+attention/gold_aer.py and bench/decode_speed.py. Heavy imports (JAX, orbax) happen
+inside the functions, so evaluate.py checks its inputs first.
 """
 
 from __future__ import annotations
@@ -42,6 +43,33 @@ def load_tokenizer(workdir: Path, cfg: ml_collections.ConfigDict):
     except (OSError, RuntimeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot load the tokenizer in {directory}: {first}") from None
+
+
+def check_ensemble(workdirs: list[Path], cfgs: list[ml_collections.ConfigDict],
+                   tokenizers: list) -> None:
+    """Refuses members that cannot be decoded as one ensemble (models/ensemble.py): they
+    must translate the same direction with one tokenizer, the same SentencePiece model
+    bytes (`tokenizer_fingerprint`), hence the same vocabulary ids and sizes.
+
+    workdirs, cfgs, tokenizers: one per member, the first one first. Raises UserError.
+    """
+    from data.tokenizer import tokenizer_fingerprint
+
+    first, sizes = workdirs[0], (tokenizers[0].source_vocab_size, tokenizers[0].target_vocab_size)
+    direction = (cfgs[0].data.source_lang, cfgs[0].data.target_lang)
+    fingerprint = tokenizer_fingerprint(first / "tokenizer")
+    for workdir, cfg, tokenizer in zip(workdirs[1:], cfgs[1:], tokenizers[1:], strict=True):
+        other = (tokenizer.source_vocab_size, tokenizer.target_vocab_size)
+        if other != sizes:
+            raise UserError(f"--ensemble: {workdir} has vocabulary sizes {other[0]}/{other[1]}, "
+                            f"{first} has {sizes[0]}/{sizes[1]}: members must share one tokenizer")
+        if tokenizer_fingerprint(workdir / "tokenizer") != fingerprint:
+            raise UserError(f"--ensemble: the tokenizer in {workdir / 'tokenizer'} differs from "
+                            f"the one in {first / 'tokenizer'} (other SentencePiece model "
+                            "bytes): members must share one tokenizer")
+        if (cfg.data.source_lang, cfg.data.target_lang) != direction:
+            raise UserError(f"--ensemble: {workdir} translates {cfg.data.source_lang}->"
+                            f"{cfg.data.target_lang}, {first} {direction[0]}->{direction[1]}")
 
 
 # ----------------------------------------------------------------------- checkpoints

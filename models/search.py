@@ -8,6 +8,7 @@ model and the source ids, so they trace inside `jax.jit`; the jitted entry point
 Token ids come from `data/tokenizer.py` (pad = 0, unk = 1, bos = 2, eos = 3).
 Decoding starts from [bos]; pad and bos are never generated (their log-probability
 is set to -inf after the log-softmax, so the scores stay the model's own log-probs).
+An `Ensemble` (models/ensemble.py) returns its members' mean log-probs itself.
 
 Output (`SearchOutput`), with T_out = `max_length`:
   tokens     int32 [B, T_out]   the hypothesis without bos, ending in eos, then pad (0).
@@ -135,9 +136,9 @@ def max_target_length(src_lengths, *, ratio: float = 1.5, extra: int = 10, multi
     return max(1, -(-length // multiple) * multiple)
 
 
-def _log_probs(logits: jnp.ndarray) -> jnp.ndarray:
-    """float32 log-softmax over the vocabulary with pad and bos forbidden (-inf)."""
-    lp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+def _log_probs(logits: jnp.ndarray, normalized: bool = False) -> jnp.ndarray:
+    """float32 log-softmax over the vocabulary (unless `normalized`), pad and bos -inf."""
+    lp = logits if normalized else jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     return lp.at[..., jnp.array(NEVER_GENERATED)].set(_NEG_INF)
 
 
@@ -154,9 +155,17 @@ def _check_max_length(max_length) -> int:
     return int(max_length)
 
 
-def _decoder_dims(state: DecodeState) -> tuple[int, int]:
-    """(number of decoder layers, number of heads) from the decode state."""
+def _decoder_dims(state) -> tuple[int, int]:
+    """(decoder layers, heads) of the recorded model (an `EnsembleState`'s first member)."""
+    state = getattr(state, "members", (state,))[0]
     return len(state.caches), state.caches[0].key.shape[1]
+
+
+def _follow_beams(state, parent: jnp.ndarray):
+    """Rows `parent` [B * K] of the self-attention caches (of each ensemble member)."""
+    if hasattr(state, "members"):
+        return state._replace(members=tuple(_follow_beams(m, parent) for m in state.members))
+    return DecodeState(reorder_batch(state.caches, parent), state.cross)
 
 
 def _weight_buffers(return_weights: bool, lead: tuple[int, ...], steps: int, src_len: int):
@@ -176,7 +185,7 @@ def _next_log_probs(model, s, return_weights: bool, masked: dict):
     """One decoder step from search state `s`: (log-probs [rows, V], decode state, weights)."""
     logits, state, w = model.decode_step(s.last, s.decode_state, return_weights=return_weights,
                                          **masked)
-    return _log_probs(logits), state, w
+    return _log_probs(logits, getattr(model, "returns_log_probs", False)), state, w
 
 
 def greedy_search(model, src, *, max_length: int, return_weights: bool = False,
@@ -184,7 +193,8 @@ def greedy_search(model, src, *, max_length: int, return_weights: bool = False,
     """Greedy (argmax) decoding.
 
     Args:
-      model: a `Transformer` (or anything with `encode`, `init_decode_state`, `decode_step`).
+      model: a `Transformer`, an `Ensemble`, or anything with `encode`,
+        `init_decode_state` and `decode_step`.
       src: int32 [B, S] source ids (tokens + eos, pad = 0).
       max_length: static int, the most tokens generated per sentence (eos included).
       return_weights: also return the attention maps (a different compiled function).
@@ -249,7 +259,7 @@ def beam_search(model, src, *, beam_size: int, length_penalty: float = 0.6, max_
     """Beam search with GNMT length normalization (see the module docstring).
 
     Args:
-      model: a `Transformer`.
+      model: as in `greedy_search`.
       src: int32 [B, S] source ids.
       beam_size: static int >= 1; 1 runs `greedy_search`.
       length_penalty: alpha of ((5 + len) / 6) ** alpha; may be a traced scalar.
@@ -352,7 +362,7 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
             t=t + 1,
             last=live_tok.reshape(-1),
             live_lp=live_lp,
-            decode_state=DecodeState(reorder_batch(state.caches, flat_parent), state.cross),
+            decode_state=_follow_beams(state, flat_parent),
             tok_hist=_write_row(s.tok_hist, live_tok, t, axis=0),
             par_hist=_write_row(s.par_hist, live_par, t, axis=0),
             fin_score=score,

@@ -199,8 +199,8 @@ def initialize_distributed() -> None:
     """
     import os
 
-    if "JAX_COORDINATOR_ADDRESS" not in os.environ:
-        return
+    if "JAX_COORDINATOR_ADDRESS" not in os.environ or jax.distributed.is_initialized():
+        return  # not launched multi-process, or joined already (train.py --seeds: seed 2..N)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU devices only
     place = {}
     if "JAX_NUM_PROCESSES" in os.environ:

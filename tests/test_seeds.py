@@ -1,0 +1,107 @@
+"""Seeds as an axis (models/seeds.py): `train.py --seeds N` and the evaluation of their
+parent, whose mean and sample standard deviation are checked against NumPy."""
+
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+from conftest import run_script
+
+from configs.errors import UserError
+from models.seeds import summarize
+
+TRAIN = ("--config", "configs/smoke.py", "--config.train.num_steps=2",
+         "--config.eval.every_steps=2", "--config.checkpoint.every_steps=2",
+         "--config.eval.max_sentences=8", "--config.attention_maps.enabled=False")
+
+
+def _result(workdir: str, bleu, chrf, lc=None) -> dict:
+    out = {"workdir": workdir, "bleu": bleu, "chrf": chrf}
+    return out if lc is None else {**out, "bleu_lc_tok": lc}
+
+
+def test_summary_is_numpy_mean_and_sample_std():
+    results = [_result("s0", 30.5, 55.0, 31.0), _result("s1", 28.25, 52.5, 29.5),
+               _result("s2", 31.0, 57.25, 33.75)]
+    summary = summarize(results)
+    assert list(summary)[:4] == ["bleu", "bleu_lc_tok", "bleu_std", "bleu_lc_tok_std"]
+    assert list(summary)[4:] == ["chrf", "chrf_std", "per_seed", "workdirs"]
+    for key in ("bleu", "bleu_lc_tok", "chrf"):
+        values = np.array([r[key] for r in results])
+        assert summary["per_seed"][key] == values.tolist()
+        np.testing.assert_allclose(summary[key], values.mean(), rtol=1e-12)
+        np.testing.assert_allclose(summary[f"{key}_std"], values.std(ddof=1), rtol=1e-12)
+    assert summary["workdirs"] == ["s0", "s1", "s2"]
+    one = summarize(results[:1])  # one seed: no spread
+    assert one["bleu"] == 30.5 and one["bleu_std"] is None
+    unscored = summarize([_result("s0", None, None), _result("s1", None, None)])
+    assert unscored["bleu"] is None and unscored["chrf_std"] is None
+    assert "bleu_lc_tok" not in unscored
+
+
+def test_train_seeds_then_evaluate_the_parent(tmp_path, capsys):
+    from evaluate import evaluate
+    from models.loading import load_params
+
+    parent = tmp_path / "seeds"
+    first = run_script("train.py", *TRAIN, "--workdir", str(parent), "--seeds", "2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    runs = [parent / "seed0", parent / "seed1"]
+    assert sorted(p.name for p in parent.iterdir()) == ["seed0", "seed1"]
+    for seed, run in enumerate(runs):
+        assert json.loads((run / "config.json").read_text())["train"]["seed"] == seed
+        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2"]
+    a, b = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(load_params(run).params)])
+            for run in runs)
+    assert a.shape == b.shape and np.mean(a != b) > 0.9  # other seeds: another model
+
+    again = run_script("train.py", *TRAIN, "--workdir", str(parent), "--seeds", "2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("resuming from step 2") == 2  # each seed resumed, nothing to do
+
+    summary = evaluate(parent, split="valid", max_sentences=8, beam_size=1, compat_lc_tok=True)
+    path = parent / "eval" / f"{summary['name']}.json"
+    assert json.loads(path.read_text()) == summary
+    assert list(summary)[:4] == ["bleu", "bleu_lc_tok", "bleu_std", "bleu_lc_tok_std"]
+    assert summary["workdirs"] == [str(run) for run in runs]
+    per_seed = [json.loads((run / "eval" / f"{summary['name']}.json").read_text())
+                for run in runs]
+    assert summary["files"]["seeds"] == [r["files"]["json"] for r in per_seed]
+    for key in ("bleu", "bleu_lc_tok", "chrf"):
+        values = np.array([r[key] for r in per_seed])
+        np.testing.assert_allclose(summary[key], values.mean(), rtol=1e-12)
+        np.testing.assert_allclose(summary[f"{key}_std"], values.std(ddof=1), rtol=1e-12)
+    assert per_seed[0]["chrf"] != per_seed[1]["chrf"]  # two models, two results
+    stdout = capsys.readouterr().out
+    assert "over 2 seed(s)" in stdout and f"wrote {path}" in stdout
+
+    # a plain run into the parent would mix the two layouts
+    plain = run_script("train.py", *TRAIN, "--workdir", str(parent))
+    assert plain.returncode == 2 and "holds --seeds runs" in plain.stderr
+    assert sorted(p.name for p in parent.iterdir()) == ["eval", "seed0", "seed1"]
+
+
+def test_bad_seed_input(tmp_path, smoke_workdir):
+    from configs import smoke
+    from evaluate import evaluate
+    from train import train_seeds
+
+    result = run_script("train.py", *TRAIN, "--workdir", str(tmp_path / "zero"), "--seeds", "0")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and lines == ["error: --seeds must be at least 1, got 0"]
+    assert not (tmp_path / "zero").exists()
+
+    single = tmp_path / "single"
+    single.mkdir()
+    shutil.copy2(smoke_workdir / "config.json", single)
+    with pytest.raises(UserError, match="holds a single training run"):
+        train_seeds(smoke.get_config(), single, 2)
+    assert sorted(p.name for p in single.iterdir()) == ["config.json"]
+
+    empty = tmp_path / "empty"
+    (empty / "seed0").mkdir(parents=True)  # no config.json: not a seed run
+    with pytest.raises(UserError, match="is not a training workdir \\(nor a parent of --seeds runs"):
+        evaluate(empty, split="valid")
+    assert sorted(p.name for p in empty.iterdir()) == ["seed0"]
