@@ -35,82 +35,67 @@ def _groups(units: Sequence[Unit], batch_size: int):
                          cost=lambda longest, rows: rows * 2 * (longest + PAD_MULTIPLE) ** 2)
 
 
-def _padded(ids: list[int], limit: int) -> list[int]:
-    from data.tokenizer import PAD_ID
-
-    return ids + [PAD_ID] * max(min(-len(ids) % PAD_MULTIPLE, limit - len(ids)), 0)
-
-
-def record(model, tokenizer, units: Sequence[Unit], heads: str | Sequence[int],
-           batch_size: int, step: int = 0, limit: int = MAX_TOKENS) -> list[np.ndarray]:
-    """Teacher-forced cross-attention of every unit, averaged over `heads`.
-
-    Returns per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
-    y_0..y_{n-1}), source column (m pieces, then </s>). Units go in batches of similar
-    length, padded to a multiple of PAD_MULTIPLE, at most `limit` (padding is masked:
-    the rows of the real tokens are the same).
-    """
-    from data.tokenizer import EOS_ID
-    from models.translate import record_maps
-
-    out: list = [None] * len(units)
-    for group in _groups(units, batch_size):
-        maps = record_maps(model, tokenizer,
-                           [_padded(units[i].src + [EOS_ID], limit) for i in group],
-                           [_padded(units[i].tgt, limit) for i in group], step=step)
-        cross = maps.cross  # [B, L, H, T, S]
-        head_index = slice(None) if heads == "mean" else list(heads)
-        for row, i in enumerate(group):
-            n, m = len(units[i].tgt), len(units[i].src)
-            out[i] = cross[row][:, head_index, : n + 1, : m + 1].mean(axis=1)
-    return out
-
-
 @functools.cache
-def _posterior_fn():
-    """The jitted (graphdef [static], state, src, tgt_in, tgt_out) -> posterior [B, T, S];
-    built on first use, so importing this module does not load JAX."""
+def _forced_fn(with_head: bool):
+    """The jitted (graphdef [static], state, src, tgt_in, tgt_out) -> (cross-attention
+    [L, B, H, T, S], the head's posterior [B, T, S] or None); built on first use, so
+    importing this module does not load JAX."""
     import jax
     from flax import nnx
 
     from models.alignment_head import posterior
 
     def fn(graphdef, state, src, tgt_in, tgt_out):
-        _, joint = nnx.merge(graphdef, state).forward_with_alignment(src, tgt_in, tgt_out)
-        return posterior(joint)
+        model = nnx.merge(graphdef, state)
+        if not with_head:
+            return model(src, tgt_in, return_weights=True)[1]["cross"], None
+        _, joint, weights = model.forward_with_alignment(src, tgt_in, tgt_out,
+                                                         return_weights=True)
+        return weights["cross"], posterior(joint)
 
     return jax.jit(fn, static_argnums=0)
 
 
-def record_head(model, units: Sequence[Unit], batch_size: int,
-                limit: int = MAX_TOKENS) -> list[np.ndarray]:
-    """The alignment head's posterior p(source piece i | x, y_<=j) of every unit
-    (models/alignment_head.py). Returns per unit float32 [n + 1, m + 1]: row j for
-    target piece y_j (row n: </s>), column i for source piece i (column m: </s>, NULL)."""
+def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size: int,
+           limit: int = MAX_TOKENS) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """One teacher-forced pass over every unit: its cross-attention averaged over `heads`
+    and, for a model with an alignment head, the head's posterior (models/alignment_head.py).
+
+    Returns (per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
+    y_0..y_{n-1}), source column (m pieces, then </s>); per unit float32 [n + 1, m + 1]:
+    row j for target piece y_j (row n: </s>), column i for source piece i (column m: </s>,
+    the NULL word), or None without a head). Units go in batches of similar length,
+    padded to a multiple of PAD_MULTIPLE, at most `limit` (padding is masked: the rows of
+    the real tokens are the same).
+    """
     import jax
     from flax import nnx
 
     from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
     graphdef, state = nnx.split(model)
-    out: list = [None] * len(units)
+    with_head = model.alignment_head is not None
+    atts: list = [None] * len(units)
+    posteriors: list | None = [None] * len(units) if with_head else None
+    head_index = slice(None) if heads == "mean" else list(heads)
     for group in _groups(units, batch_size):
-        srcs = [_padded(units[i].src + [EOS_ID], limit) for i in group]
-        tgts = [_padded([BOS_ID, *units[i].tgt], limit) for i in group]
-        src = np.full((len(group), max(map(len, srcs))), PAD_ID, np.int32)
-        tgt_in = np.full((len(group), max(map(len, tgts))), PAD_ID, np.int32)
-        tgt_out = np.full_like(tgt_in, PAD_ID)
+        longest = max(max(len(units[i].src), len(units[i].tgt)) + 1 for i in group)
+        width = min(longest + -longest % PAD_MULTIPLE, max(limit, longest))
+        src, tgt_in, tgt_out = (np.full((len(group), width), PAD_ID, np.int32) for _ in range(3))
         for row, i in enumerate(group):
-            src[row, : len(srcs[row])] = srcs[row]
-            tgt_in[row, : len(tgts[row])] = tgts[row]
-            n = len(units[i].tgt)
-            tgt_out[row, : n + 1] = [*units[i].tgt, EOS_ID]
-        post = np.asarray(jax.device_get(_posterior_fn()(graphdef, state, src, tgt_in,
-                                                           tgt_out)))
+            u = units[i]
+            src[row, : len(u.src) + 1] = [*u.src, EOS_ID]
+            tgt_in[row, : len(u.tgt) + 1] = [BOS_ID, *u.tgt]
+            tgt_out[row, : len(u.tgt) + 1] = [*u.tgt, EOS_ID]
+        cross, post = jax.device_get(_forced_fn(with_head)(graphdef, state, src, tgt_in,
+                                                           tgt_out))
         for row, i in enumerate(group):
             n, m = len(units[i].tgt), len(units[i].src)
-            out[i] = post[row, : n + 1, : m + 1].astype(np.float32)
-    return out
+            atts[i] = np.asarray(cross[:, row][:, head_index, : n + 1, : m + 1],
+                                 np.float32).mean(axis=1)
+            if with_head:
+                posteriors[i] = np.asarray(post[row, : n + 1, : m + 1], np.float32)
+    return atts, posteriors
 
 
 class Recorded:
@@ -140,11 +125,8 @@ class Recorded:
             limit = min(limit, self.cfg.model.max_positions)
         self.num_pairs = len(sources)
         self.units = make_units(tokenizer, sources, targets, limit)
-        self.atts = record(loaded.model, tokenizer, self.units, heads, batch_size, self.step,
-                           limit)
-        self.has_head = loaded.model.alignment_head is not None
-        self.head = record_head(loaded.model, self.units, batch_size, limit) \
-            if self.has_head else None
+        self.atts, self.head = record(loaded.model, self.units, heads, batch_size, limit)
+        self.has_head = self.head is not None
         self.layers = [*range(self.num_layers), "mean", *([HEAD_LAYER] if self.has_head else [])]
 
     def layer_index(self, layer: int | str) -> int | str:

@@ -121,7 +121,7 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
     with_head = model.alignment_head is not None and head_mask is None
     if with_head:
-        logits, joint = model.forward_with_alignment(batch["src"], batch["tgt_in"],
+        logits, joint, _ = model.forward_with_alignment(batch["src"], batch["tgt_in"],
                                                      batch["tgt_out"], dropout_rng=dropout_rng,
                                                      **packing)
     else:

@@ -180,27 +180,31 @@ class Transformer(nnx.Module):
 
     def forward_with_alignment(self, src, tgt_in, tgt_out, *, src_segments=None,
                                tgt_segments=None, src_positions=None, tgt_positions=None,
-                               dropout_rng=None):
+                               dropout_rng=None, return_weights: bool = False):
         """The training pass plus the alignment head's joint scores (needs alignment_head).
 
         src: int32 [B, S]; tgt_in, tgt_out: int32 [B, T] (decoder input and the pieces its
         rows predict); packing arguments as in `__call__`. Returns (logits float32
         [B, T, V], joint float32 [B, T, S]: log prior + log lexical of piece i for row j,
-        models/alignment_head.py; masked cells hold NEG_INF).
+        models/alignment_head.py, masked cells hold NEG_INF; the weights of `__call__`
+        with return_weights, else None).
         """
         enc_rng, dec_rng = split_rng(dropout_rng, 2)
-        memory, src_valid, _ = self.encode(src, segments=src_segments, positions=src_positions,
-                                           dropout_rng=enc_rng)
-        states, _ = self.decoder_states(tgt_in, memory, src_valid, segments=tgt_segments,
-                                        positions=tgt_positions, src_segments=src_segments,
-                                        dropout_rng=dec_rng)
+        memory, src_valid, enc_w = self.encode(src, segments=src_segments,
+                                               positions=src_positions, dropout_rng=enc_rng,
+                                               return_weights=return_weights)
+        states, weights = self.decoder_states(tgt_in, memory, src_valid, segments=tgt_segments,
+                                              positions=tgt_positions, src_segments=src_segments,
+                                              dropout_rng=dec_rng, return_weights=return_weights)
         if src_segments is None:
             mask = jnp.broadcast_to(src_valid[:, None, :], (*tgt_in.shape, src.shape[1]))
         else:
             mask = segment_mask(tgt_segments, src_segments)[:, 0]
         rows = self.source_embed.tokens.embedding[...][src] * self.source_embed.d_model**0.5
         joint = self.alignment_head.joint(states, memory, rows, tgt_out, mask)
-        return self.target_embed.logits(states), joint
+        if return_weights:
+            weights = {"encoder_self": enc_w, **weights}
+        return self.target_embed.logits(states), joint, weights
 
     def init_decode_state(self, memory, src_valid, max_length: int) -> DecodeState:
         """Empty self-attention caches for `max_length` steps and the projected memory.

@@ -125,7 +125,7 @@ def test_the_head_learns_a_known_alignment():
     test = toy_bitext(np.random.default_rng(1), 64)
     batch = toy_batch(test)
     model = nnx.merge(graphdef, state["params"])
-    _, joint = model.forward_with_alignment(batch["src"], batch["tgt_in"], batch["tgt_out"])
+    _, joint, _ = model.forward_with_alignment(batch["src"], batch["tgt_in"], batch["tgt_out"])
     best = np.asarray(jnp.argmax(posterior(joint), axis=-1))
     right = total = 0
     for r, (a, _) in enumerate(test):
