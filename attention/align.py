@@ -4,6 +4,7 @@
         [--gold gold.talp] [--reverse_workdir W2] [--symmetrize grow-diag-final-and|
         intersect|union|none] [--layer L|mean|alignment] [--heads mean|0,2] [--[no]shift]
         [--threshold argmax|X] [--checkpoint best|last|STEP] [--select]
+        [--plot PNG [--plot_pair K]]
 
 stdout: one Pharaoh line per input pair, in order, nothing dropped: 0-indexed `i-j`
 links between the i-th source and j-th target word of the given whitespace words
@@ -33,6 +34,8 @@ sations of each direction's best 5, keeps the lowest dev AER and stores it in
 built-in default (best checkpoint, the head or else the penultimate layer, heads mean,
 no shift, argmax;
 grow-diag-final-and with a reverse model): the bare command reproduces the figures.
+`--plot PNG` also draws one pair (`--plot_pair`, default 0) as a word-level map of what
+the links were read from, with its links and, with `--gold`, its gold links on it.
 From Python: `align(workdir, sources, targets, golds=...) -> dict` and `select(...)`.
 """
 
@@ -80,6 +83,9 @@ def define_flags() -> None:
     flags.DEFINE_bool("select", False, "Choose the settings on the dev pairs and store them.")
     flags.DEFINE_integer("dev_sentences", DEV_SENTENCES, "Gold pairs that choose settings.")
     flags.DEFINE_integer("batch_size", 32, "Pairs per forced-decoding batch.")
+    flags.DEFINE_string("plot", None, "Also draw pair --plot_pair's map with its links (and "
+                        "the gold ones) into this PNG.")
+    flags.DEFINE_integer("plot_pair", 0, "The pair --plot draws (0-indexed).")
 
 
 # ----------------------------------------------------------------------- settings
@@ -158,7 +164,7 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
           golds: Sequence | None = None, reverse_workdir: str | Path | None = None,
           symmetrize_with: str | None = None, batch_size: int = 32,
           dev_sentences: int = DEV_SENTENCES, max_tokens: int | None = None,
-          **given) -> dict:
+          keep_recorded: bool = False, **given) -> dict:
     """Word links of N pairs (and their scores against `golds`).
 
     Args:
@@ -172,7 +178,8 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
         is the stored reverse run), else the defaults.
     Returns:
       {"links": N sorted (i, j) lists, "settings": {... , "symmetrize", "reverse"},
-       "scores": {"all", "dev", "test"} (alignment_scores dicts; with golds only)}.
+       "scores": {"all", "dev", "test"} (alignment_scores dicts; with golds only),
+       "recorded": the forward run's `Recorded` (with keep_recorded only)}.
     """
     stored = stored_settings(workdir)
     stored_rev, explicit_rev = stored.get("reverse") or {}, reverse_workdir is not None
@@ -198,7 +205,7 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
         back = rec_rev.links(rev["layer"], rev["shift"], rev["threshold"], transpose=True)
         links = [symmetrize(f, b, method) for f, b in zip(links, back, strict=True)]
         settings["reverse"] = {"workdir": str(Path(reverse_workdir).resolve()), **rev}
-    result = {"links": links, "settings": settings}
+    result = {"links": links, "settings": settings, **({"recorded": rec} if keep_recorded else {})}
     if golds is not None:
         result["scores"] = split_scores(links, golds, dev_sentences)
     return result
@@ -244,7 +251,7 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
 def select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], golds: Sequence,
            *, reverse_workdir: str | Path | None = None, dev_sentences: int = DEV_SENTENCES,
            batch_size: int = 32, max_tokens: int | None = None, inputs: dict | None = None,
-           **given) -> dict:
+           keep_recorded: bool = False, **given) -> dict:
     """Chooses the settings with the lowest AER on the first `dev_sentences` pairs, writes
     them to `<workdir>/eval/alignment.json` and returns `align(...)` with them on all pairs
     (plus "grid": the dev AER of every setting tried, best first).
@@ -278,13 +285,31 @@ def select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], 
               "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
     write_atomic(Path(workdir) / RESULT_FILE, json.dumps(stored, indent=2) + "\n")
     result = align(workdir, sources, targets, golds=golds, batch_size=batch_size,
-                   dev_sentences=dev, max_tokens=max_tokens)
+                   dev_sentences=dev, max_tokens=max_tokens, keep_recorded=keep_recorded)
     write_atomic(Path(workdir) / RESULT_FILE, json.dumps(
         {**stored, "scores": result["scores"], "grid": grid}, indent=2) + "\n")
     return {**result, "grid": grid}
 
 
 # ----------------------------------------------------------------------- command line
+
+
+def plot_pair(result: dict, sources: Sequence[str], targets: Sequence[str],
+              golds: Sequence | None, pair: int, out: str) -> None:
+    """PNG of pair `pair`: the forward reading's word matrix (the head's posterior or the
+    layer's attention, `Recorded.word_matrix`) with the pair's final links (symmetrised,
+    if so) as dots and its gold sure / possible links as squares."""
+    from attention.plotting import alignment_figure, save_png
+
+    settings = result["settings"]
+    matrix = result["recorded"].word_matrix(pair, settings["layer"], settings["shift"])
+    sure, possible = golds[pair] if golds is not None else (None, None)
+    fig = alignment_figure(matrix, targets[pair].split(), sources[pair].split(), sure=sure,
+                           possible=possible, predicted=result["links"][pair],
+                           title=f"pair {pair} · {describe(settings)}"
+                                 f" · symmetrize {settings['symmetrize']}",
+                           xlabel="source words (</s> left out)", ylabel="target words")
+    save_png(fig, out)
 
 
 def score_lines(result: dict, dev: int) -> list[str]:
@@ -320,6 +345,8 @@ def main(argv: list[str]) -> None:
         raise UserError("--select needs --gold")
     if f.batch_size < 1:
         raise UserError(f"--batch_size must be at least 1, got {f.batch_size}")
+    if f.plot:
+        prepare_output_folder(Path(f.plot).parent)  # fail before the work
     given = {"checkpoint": f.checkpoint, "shift": f.shift,
              "layer": None if f.layer is None else parse_layer(f.layer),
              "heads": None if f.heads is None else parse_heads(f.heads),
@@ -331,8 +358,10 @@ def main(argv: list[str]) -> None:
     from models.compilation import enable_compilation_cache
 
     enable_compilation_cache()
+    if f.plot and not 0 <= f.plot_pair < len(sources):
+        raise UserError(f"--plot_pair {f.plot_pair}: the input has pairs 0..{len(sources) - 1}")
     options = dict(reverse_workdir=f.reverse_workdir, dev_sentences=f.dev_sentences,
-                   batch_size=f.batch_size, **given)
+                   batch_size=f.batch_size, keep_recorded=bool(f.plot), **given)
     if f.select:
         inputs = {"pairs": f.pairs, "source": f.source, "target": f.target, "gold": f.gold}
         result = select(f.workdir, sources, targets, golds,
@@ -342,6 +371,8 @@ def main(argv: list[str]) -> None:
                        **options)
     sys.stdout.write("".join(format_pharaoh(links) + "\n" for links in result["links"]))
     sys.stdout.flush()
+    if f.plot:
+        plot_pair(result, sources, targets, golds, f.plot_pair, f.plot)
     if golds is not None:
         dev = min(f.dev_sentences, len(sources)) if f.select else f.dev_sentences
         print("\n".join(score_lines(result, dev)), file=sys.stderr)

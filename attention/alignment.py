@@ -314,18 +314,21 @@ def make_units(tokenizer, sources: Sequence[str], targets: Sequence[str],
 
 def pair_links(num_pairs: int, units: Sequence[Unit], atts: Sequence[np.ndarray],
                layer: int | str, shift: bool, threshold: float | None,
-               transpose: bool = False) -> list[list[Link]]:
+               transpose: bool = False, null: bool = False) -> list[list[Link]]:
     """Word links per pair from per-unit attention (the union over a pair's chunks).
 
     atts: per unit float [L, n + 1, m + 1] (decoder layer, decoder input row <s> y_0 ..
     y_{n-1}, source piece then </s>), as `models.forced_alignment.record` returns it; `layer` an
     index or "mean"; `shift` reads row j + 1 for target piece j instead of row j;
-    `transpose` swaps (i, j) for a model of the other direction. Returns N sorted lists.
+    `transpose` swaps (i, j) for a model of the other direction; `null` lets an argmax on
+    the `</s>` column leave a target piece unaligned (`links_from_rows(skip_eos=False)`:
+    for the alignment head, whose `</s>` is the mixture's NULL word). Returns N sorted lists.
     """
     out: list[set] = [set() for _ in range(num_pairs)]
     for unit, att in zip(units, atts, strict=True):
         a = att.mean(axis=0) if layer == "mean" else att[layer]  # [n + 1, m + 1]
         rows = a[1:] if shift else a[:-1]  # row of target piece j: j + 1 (input) or j
-        links = links_from_rows(rows, unit.src_words, unit.tgt_words, threshold)
+        links = links_from_rows(rows, unit.src_words, unit.tgt_words, threshold,
+                                skip_eos=not null)
         out[unit.pair].update([(j, i) for i, j in links] if transpose else links)
     return [sorted(s) for s in out]

@@ -145,12 +145,34 @@ class Recorded:
 
     def links(self, layer, shift: bool, threshold: float | None,
               transpose: bool = False) -> list[list[Link]]:
-        """Word links per pair; the head's posterior row j already aligns y_j (no shift)."""
+        """Word links per pair. The head's posterior row j already aligns y_j (no shift),
+        and its argmax may fall on `</s>`, the NULL word: that piece stays unaligned."""
         layer = self.layer_index(layer)
         if layer == HEAD_LAYER:
             if shift:
                 raise UserError(f"--shift does not apply to --layer {HEAD_LAYER}")
             return pair_links(self.num_pairs, self.units, [p[None] for p in self.head], 0,
-                              False, threshold, transpose)
+                              False, threshold, transpose, null=True)
         return pair_links(self.num_pairs, self.units, self.atts, layer, shift, threshold,
                           transpose)
+
+    def word_matrix(self, pair: int, layer, shift: bool) -> np.ndarray:
+        """What `links` reads for pair `pair`, merged into words: float32 [target words,
+        source words], a target word's piece rows averaged and a source word's piece
+        columns summed (`</s>` left out), as `attention.plotting.alignment_matrix` does."""
+        units = [u for u in self.units if u.pair == pair]
+        if len(units) != 1:
+            raise UserError(f"pair {pair} was aligned in {len(units)} chunks: no single map")
+        unit, index = units[0], self.units.index(units[0])
+        layer = self.layer_index(layer)
+        if layer == HEAD_LAYER:
+            att = self.head[index]
+        else:
+            att = self.atts[index].mean(axis=0) if layer == "mean" else self.atts[index][layer]
+        rows = att[1:] if shift and layer != HEAD_LAYER else att[:-1]  # [n, m + 1]
+        tgt_words, src_words = np.asarray(unit.tgt_words), np.asarray(unit.src_words)
+        merged = np.stack([rows[tgt_words == w].mean(axis=0)
+                           for w in range(tgt_words.max() + 1)]) if len(tgt_words) else rows
+        return np.stack([merged[:, : len(src_words)][:, src_words == w].sum(axis=1)
+                         for w in range(src_words.max() + 1)], axis=1).astype(np.float32)
+

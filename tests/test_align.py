@@ -14,6 +14,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import run_module, run_script
 
@@ -63,7 +64,8 @@ def test_command_end_to_end(smoke_workdir, tmp_path):
     results = parallel("attention.align", {
         "pairs": [*base, "--pairs", str(PAIRS)],
         "sides": [*base, "--source", str(tmp_path / "de"), "--target", str(tmp_path / "en")],
-        "gold": [*base, "--pairs", str(PAIRS), "--gold", str(GOLD), "--dev_sentences", "4"],
+        "gold": [*base, "--pairs", str(PAIRS), "--gold", str(GOLD), "--dev_sentences", "4",
+                 "--plot", str(tmp_path / "pair1.png"), "--plot_pair", "1"],
     })
     for name, result in results.items():
         assert result.returncode == 0, (name, result.stderr[-2000:])
@@ -79,6 +81,7 @@ def test_command_end_to_end(smoke_workdir, tmp_path):
     assert re.match(r"settings: checkpoint (20|40), layer 0, heads mean, argmax; symmetrize none$",
                     err[3]), err
     assert len(err) == 4
+    assert (tmp_path / "pair1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # --plot
 
     # The Python function gives the same links and the figures of the AER line.
     from attention.align import align
@@ -139,6 +142,12 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
     backward = align(reverse_workdir, targets, sources)
     back = backward["links"]  # (en, de) links
     assert backward["settings"]["layer"] == "alignment"  # the head, when the model has one
+    # The word map --plot draws: [target words, source words], a row's mass at most 1 (the
+    # rest is on </s>), and the argmax links read from the same posterior sit on it.
+    rec = align(reverse_workdir, targets, sources, keep_recorded=True)["recorded"]
+    matrix = rec.word_matrix(0, "alignment", False)
+    assert matrix.shape == (len(sources[0].split()), len(targets[0].split()))
+    assert np.all(matrix >= 0) and np.all(matrix.sum(axis=1) <= 1 + 1e-5)
     assert back != align(reverse_workdir, targets, sources, layer=0)["links"]
     with pytest.raises(UserError, match="--shift does not apply to --layer alignment"):
         align(reverse_workdir, targets, sources, shift=True)
@@ -229,6 +238,8 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
                        "--layer must be an index, 'mean' or 'alignment'"),
         "no head": (["--workdir", str(smoke_workdir), *good, "--layer", "alignment"],
                     "has no alignment head"),
+        "plot pair": (["--workdir", str(smoke_workdir), *good, "--plot", str(tmp_path / "p.png"),
+                       "--plot_pair", "10"], "--plot_pair 10: the input has pairs 0..9"),
         "bad symmetrize": (["--workdir", str(absent), *good, "--symmetrize", "grow"],
                            "--symmetrize"),
         "no workdir": (["--workdir", str(absent), *good], f"{absent}/config.json not found"),
