@@ -31,5 +31,13 @@ def test_resume_of_a_workdir_written_before_the_restructure(tmp_path):
     with np.load(FIXTURE / "params_step40.npz", allow_pickle=False) as expected:
         assert sorted(resumed) == sorted(expected.files)
         for name in expected.files:
+            if name.endswith("key/bias"):
+                # A key bias adds q.b_k to every score of a softmax row, which cancels: its
+                # exact gradient is 0, so what it holds is rounding noise that Adam scales up
+                # to ~lr per step, and another XLA build's noise differs. It still cannot move
+                # more than the 20 resumed steps' learning rates (peak 1e-3) allow.
+                np.testing.assert_allclose(resumed[name], expected[name], rtol=0, atol=20e-3,
+                                           err_msg=name)
+                continue
             np.testing.assert_allclose(resumed[name], expected[name], rtol=1e-5, atol=1e-6,
                                        err_msg=name)
