@@ -1,9 +1,18 @@
 """The PyTorch reference: `nn.Transformer` (pre-LN) on the same synthetic batches.
 
     python bench/torch_reference.py --size tiny|base [--steps 20] [--warmup 3]
-        [--threads 2] [--batch_tokens 4096] [--vocab_size 8000] [--dropout 0.2] [--json OUT]
+        [--threads 2] [--batch_tokens 4096] [--vocab_size 8000] [--dropout 0.2]
+        [--device cpu|cuda] [--amp bf16] [--compile] [--json OUT]
 
 Needs PyTorch (not a dependency of attnmt: `pip install torch`, CPU build); no JAX.
+On a GPU (`--device cuda`) it is the peer of bench/gpu_peer.py: `--amp bf16` runs the
+step under `torch.autocast(bfloat16)` (float32 parameters and optimizer, as attnmt's
+`model.dtype=bfloat16`), AdamW is the fused CUDA kernel, `--compile` wraps the model in
+`torch.compile(dynamic=True)` (the synthetic batches change shape every step).
+`--no_cudnn_attention` turns off PyTorch's cuDNN attention backend (it then picks the
+memory-efficient kernel): on an H100 with torch 2.11 the cuDNN backend spent ~8 ms of
+host time per call building a plan for every new batch shape (profiled, 3 steps: 0.88 s
+of host time in attention for 37 ms of GPU time), which made the step host-bound.
 It exists so that the comparison figures of bench/README.md are measured on this
 machine, in the same run conditions, and with both token counts, rather than quoted.
 
@@ -47,7 +56,7 @@ SIZES = {
 }
 
 
-def build(size: str, vocab: int, dropout: float):
+def build(size: str, vocab: int, dropout: float, device: str = "cpu"):
     """(model, optimizer) of the reference for one preset."""
     import torch
     from torch import nn
@@ -78,16 +87,17 @@ def build(size: str, vocab: int, dropout: float):
             s = self.embed(src) * self.scale + self.positions[: src.shape[1]]
             t = self.embed(tgt_in) * self.scale + self.positions[: tgt_in.shape[1]]
             length = tgt_in.shape[1]  # True = masked, the same mask type as the padding masks
-            causal = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)
+            causal = torch.triu(torch.ones(length, length, dtype=torch.bool, device=src.device),
+                                diagonal=1)
             src_pad, tgt_pad = src == PAD_ID, tgt_in == PAD_ID
             h = self.transformer(s, t, tgt_mask=causal, src_key_padding_mask=src_pad,
                                  tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad,
                                  tgt_is_causal=True)
             return h @ self.embed.weight.T
 
-    model = Reference()
+    model = Reference().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9,
-                                  weight_decay=0.0)
+                                  weight_decay=0.0, fused=device == "cuda")
     return model, optimizer
 
 
@@ -98,26 +108,41 @@ def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     batches = synthetic_batches(args.warmup + args.steps, args.batch_tokens, args.vocab_size)
-    tensors = [{k: torch.from_numpy(v.astype(np.int64)) for k, v in b.items()} for b in batches]
-    model, optimizer = build(args.size, args.vocab_size, args.dropout)
+    tensors = [{k: torch.from_numpy(v.astype(np.int64)).to(args.device) for k, v in b.items()}
+               for b in batches]
+    model, optimizer = build(args.size, args.vocab_size, args.dropout, args.device)
     model.train()
+    if args.no_cudnn_attention:  # see the docstring: cuDNN plans each new shape on the host
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    forward = torch.compile(model, dynamic=True) if args.compile else model
+    autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.amp == "bf16")
 
-    def step(batch) -> float:
-        logits = model(batch["src"], batch["tgt_in"])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["tgt_out"].reshape(-1),
-                               ignore_index=PAD_ID, label_smoothing=0.1)
+    def step(batch) -> torch.Tensor:
+        with autocast:
+            logits = forward(batch["src"], batch["tgt_in"])
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                               batch["tgt_out"].reshape(-1), ignore_index=PAD_ID,
+                               label_smoothing=0.1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        return loss.item()
+        return loss.detach()  # no .item() per step: on a GPU that would sync every step
 
+    def sync() -> None:
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+
+    warmup_start = time.perf_counter()
     for batch in tensors[: args.warmup]:
         step(batch)
+    sync()
+    warmup_s = time.perf_counter() - warmup_start
     measured = batches[args.warmup:]
     start = time.perf_counter()
     for batch in tensors[args.warmup:]:
         last_loss = step(batch)
+    sync()
     elapsed = time.perf_counter() - start
     tgt = sum(int(np.count_nonzero(b["tgt_out"])) for b in measured)
     src = sum(int(np.count_nonzero(b["src"])) for b in measured)
@@ -126,6 +151,11 @@ def run(args: argparse.Namespace) -> dict:
         "size": args.size,
         "model": {**SIZES[args.size], "dropout": args.dropout, "norm_first": True},
         "threads": args.threads,
+        "device": (torch.cuda.get_device_name() if args.device == "cuda" else "cpu"),
+        "amp": args.amp,
+        "compile": args.compile,
+        "cudnn_attention": not args.no_cudnn_attention,
+        "warmup_s": warmup_s,
         "vocab_size": args.vocab_size,
         "batch_tokens": args.batch_tokens,
         "steps": len(measured),
@@ -133,7 +163,7 @@ def run(args: argparse.Namespace) -> dict:
         "step_time_s": elapsed / len(measured),
         "tokens_per_sec": tgt / elapsed,
         "src_tgt_tokens_per_sec": (src + tgt) / elapsed,
-        "last_loss": last_loss,
+        "last_loss": float(last_loss.item()),
         "params": sum(p.numel() for p in model.parameters()),
         "host_cpu": platform.processor() or platform.machine(),
     }
@@ -148,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch_tokens", type=int, default=4096, help="[4096]")
     parser.add_argument("--vocab_size", type=int, default=8000, help="[8000]")
     parser.add_argument("--dropout", type=float, default=0.2, help="[0.2, as the tiny preset]")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="[cpu]")
+    parser.add_argument("--amp", choices=("none", "bf16"), default="none",
+                        help="autocast compute dtype [none: float32]")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--no_cudnn_attention", action="store_true",
+                        help="disable the cuDNN backend of scaled_dot_product_attention")
     parser.add_argument("--json", type=Path, help="write the result as JSON here")
     args = parser.parse_args(argv)
     if min(args.steps, args.threads) < 1 or args.warmup < 0:
@@ -158,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: bench/torch_reference.py needs PyTorch (pip install torch)", file=sys.stderr)
         return 2
     result = run(args)
-    print(f"torch nn.Transformer {args.size}, {args.threads} threads: "
+    print(f"torch nn.Transformer {args.size}, {result['device']}, amp {args.amp}, "
+          f"compile {args.compile}, {args.threads} threads: "
           f"{result['tokens_per_sec']:,.0f} target tok/s, "
           f"{result['src_tgt_tokens_per_sec']:,.0f} src+tgt tok/s, "
           f"{result['step_time_s'] * 1e3:.0f} ms/step")
