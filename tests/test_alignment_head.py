@@ -64,6 +64,7 @@ def test_joint_matches_a_numpy_reference():
     assert np.all(post[~mask] == 0.0)
 
 
+@pytest.mark.slow
 def test_translation_gradient_is_unchanged_by_the_head():
     """Same seed, same parameters but the head's: the translation part gets the same
     gradient (stop_gradient inputs), and a model without the head has no head params."""

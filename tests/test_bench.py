@@ -11,6 +11,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 from conftest import REPO, run_script
 
 sys.path.insert(0, str(REPO))
@@ -27,6 +28,7 @@ TRAIN_KEYS = {
 }
 
 
+@pytest.mark.slow
 def test_train_throughput_smoke(tmp_path):
     out = tmp_path / "train.json"
     # A 1+1-layer d_model 32 model on 512-token batches: cheap. XLA's lowest backend
@@ -105,6 +107,7 @@ def test_flop_formula_counts_attention_and_dense_terms():
     assert padded == counter.train_flops(np.array([4, 4]), np.array([2, 2]))
 
 
+@pytest.mark.slow
 def test_compile_profile_smoke(tmp_path):
     out = tmp_path / "compile.json"
     result = run_script(
@@ -122,6 +125,7 @@ def test_compile_profile_smoke(tmp_path):
     assert "forward+backward" in result.stdout
 
 
+@pytest.mark.slow
 def test_step_profile_smoke(tmp_path):
     out, hlo = tmp_path / "profile.json", tmp_path / "step.txt.gz"
     result = run_script(

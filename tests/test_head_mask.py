@@ -4,6 +4,7 @@ contributes nothing, per-row masks equal separate runs; in teacher forcing and s
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from attention import CrossAttention
@@ -69,6 +70,7 @@ def test_a_cross_attention_layer_with_every_head_masked_ignores_the_source():
     assert not np.allclose(np.asarray(a), np.asarray(c), atol=1e-3)
 
 
+@pytest.mark.slow
 def test_per_row_masks_equal_one_run_per_mask():
     """[L, B, H] masks: B copies of one sentence, each with its own mask, in one batch."""
     model, (src, tgt) = tiny_model(), batch()

@@ -94,6 +94,7 @@ def test_head_stats_match_a_numpy_count():
     assert prunable_heads({0: 30.0, 4: 29.8, 8: 29.0, 12: 29.9}, 30.0) == 4
 
 
+@pytest.mark.slow
 def test_heads_command_end_to_end(smoke_workdir, tmp_path):
     out = tmp_path / "heads"
     result = run_module("attention.heads", "--workdir", str(smoke_workdir), "--max_sentences",

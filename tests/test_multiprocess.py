@@ -9,6 +9,7 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 from conftest import REPO, run_script
 
 SMOKE = ["--config", "configs/smoke.py", "--config.train.num_steps=6",
@@ -22,6 +23,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_multiprocess_training_equals_one_process(tmp_path):
     from models.loading import load_params
 

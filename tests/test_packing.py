@@ -88,6 +88,7 @@ def tiny_model() -> Transformer:
 
 
 @pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.slow
 def test_packed_loss_and_gradients_equal_the_padded_ones(seed):
     """Packing changes only which positions are computed: every pair's loss and the
     gradient of their sum are those of the padded batch."""

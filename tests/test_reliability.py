@@ -123,6 +123,7 @@ class Training:
 
 # --- crash safety -------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_killed_and_interrupted_training_resumes_to_identical_parameters(smoke_workdir, tmp_path):
     """SIGKILL mid-save, inside validation and between steps, then SIGINT and SIGTERM, each
     followed by the same command; the end result equals the uninterrupted smoke run."""

@@ -41,6 +41,7 @@ def test_summary_is_numpy_mean_and_sample_std():
     assert "bleu_lc_tok" not in unscored
 
 
+@pytest.mark.slow
 def test_train_seeds_then_evaluate_the_parent(tmp_path, capsys):
     from evaluate import evaluate
     from models.loading import load_params

@@ -60,6 +60,7 @@ def test_smoke_run_writes_the_workdir_and_learns(smoke_workdir):
     assert list((smoke_workdir / "attention").glob("*.png"))
 
 
+@pytest.mark.slow
 def test_resume_equals_uninterrupted_run(smoke_workdir, tmp_path):
     workdir = tmp_path / "resumed"
     first = run_script("train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
@@ -98,6 +99,7 @@ def test_changed_model_config_is_refused_on_resume(smoke_workdir, tmp_path):
     assert after == before
 
 
+@pytest.mark.slow
 def test_train_step_compiles_once_per_bucket_shape():
     import jax
 
@@ -138,6 +140,7 @@ def test_train_step_compiles_once_per_bucket_shape():
     assert packed_step._cache_size() == len(shapes) < batcher.num_batches
 
 
+@pytest.mark.slow
 def test_data_parallel_over_two_devices(tmp_path):
     """The same train.py shards (packed) batches over every local device (two simulated CPU
     devices)."""
