@@ -196,9 +196,10 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
                 tokens = max(sum(m["tokens"] for m in sums), 1.0)
                 loss = sum(m["loss_sum"] for m in sums) / tokens
                 window = max(time.time() - window_start, 1e-9)
-                head = ({"align_nll": float(sum(m["align_nll_sum"] for m in sums) / tokens)}
-                        if "align_nll_sum" in sums[-1] else {})  # models/alignment_head.py
-                log.write(step, "train", loss=float(loss), **head,
+                # The alignment head's loss and R-Drop's KL, per token, when the run has them.
+                extra = {name: float(sum(m[f"{name}_sum"] for m in sums) / tokens)
+                         for name in ("align_nll", "rdrop_kl") if f"{name}_sum" in sums[-1]}
+                log.write(step, "train", loss=float(loss), **extra,
                           learning_rate=float(schedule(step - 1)),
                           tokens_per_sec=window_tokens / window,
                           grad_norm=float(sums[-1]["grad_norm"]), epoch=epoch,

@@ -239,6 +239,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                 "data.bucket_step": (data.bucket_step, 1), "data.pack_length": (data.pack_length, 0),
                 "train.batch_tokens": (config.train.batch_tokens, 1),
                 "train.num_steps": (config.train.num_steps, 1),
+                "train.rdrop_alpha": (config.train.rdrop_alpha, 0),
                 "eval.beam_size": (config.eval.beam_size, 1),
                 "eval.batch_size": (config.eval.batch_size, 1),
                 "checkpoint.every_steps": (config.checkpoint.every_steps, 1)}

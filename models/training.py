@@ -104,8 +104,22 @@ def token_losses(logits: jnp.ndarray, targets: jnp.ndarray, label_smoothing: flo
     return (1.0 - label_smoothing) * nll + label_smoothing * uniform, nll
 
 
+def symmetric_kl_sum(logits_p: jnp.ndarray, logits_q: jnp.ndarray,
+                     weights: jnp.ndarray) -> jnp.ndarray:
+    """R-Drop's regulariser: sum over weighted tokens of (KL(p||q) + KL(q||p)) / 2.
+
+    logits_p, logits_q: [B, T, V], two dropout passes over the same batch; weights: float32
+    [B, T] (1 for a real target token, 0 for pad). Returns a float32 scalar. Written as
+    sum((p - q) * (log p - log q)) / 2, which equals the two KLs' mean.
+    """
+    log_p = jax.nn.log_softmax(logits_p.astype(jnp.float32), axis=-1)
+    log_q = jax.nn.log_softmax(logits_q.astype(jnp.float32), axis=-1)
+    per_token = 0.5 * jnp.sum((jnp.exp(log_p) - jnp.exp(log_q)) * (log_p - log_q), axis=-1)
+    return jnp.sum(per_token * weights)
+
+
 def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_rng=None,
-               head_mask: dict | None = None):
+               head_mask: dict | None = None, rdrop_alpha: float = 0.0):
     """Mean loss over non-pad target tokens.
 
     batch: {"src": [B, S], "tgt_in": [B, T], "tgt_out": [B, T]} int32, plus the segments and
@@ -113,11 +127,19 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     remove, {kind: [L, H] or [L, B, H]} (models/transformer.py).
     Returns (mean smoothed loss, {"loss_sum", "nll_sum", "tokens"} float32 scalars).
 
+    R-Drop (Liang et al. 2021), `rdrop_alpha` > 0: the batch runs twice in one forward pass
+    ([2B, ...], each copy with its own dropout masks); the loss is the cross-entropy of both
+    copies plus alpha times `symmetric_kl_sum` of their outputs, divided by the 2N target
+    tokens, as in the authors' fairseq criterion, so their alpha values carry over. The sums
+    then count both copies and add "rdrop_kl_sum". About twice a step's compute.
+
     A model with an alignment head (models/alignment_head.py) adds the head's negative
     log-likelihood to the loss it returns and "align_nll_sum" to the sums; "loss_sum" and
     "nll_sum" stay the translation's. The head's inputs are stop-gradient, so the
     translation parameters get the same gradient as without it.
     """
+    if rdrop_alpha:
+        batch = {k: jnp.concatenate([v, v]) for k, v in batch.items()}
     packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
     with_head = model.alignment_head is not None and head_mask is None
     if with_head:
@@ -133,6 +155,10 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     sums = {"loss_sum": jnp.sum(smoothed * weights), "nll_sum": jnp.sum(nll * weights),
             "tokens": tokens}
     total = sums["loss_sum"]
+    if rdrop_alpha:
+        half = logits.shape[0] // 2
+        sums["rdrop_kl_sum"] = symmetric_kl_sum(logits[:half], logits[half:], weights[:half])
+        total = total + rdrop_alpha * sums["rdrop_kl_sum"]
     if with_head:
         sums["align_nll_sum"] = -jnp.sum(mixture_log_likelihood(joint) * weights)
         total = total + sums["align_nll_sum"]
@@ -158,7 +184,8 @@ def make_train_step(graphdef: nnx.GraphDef, cfg_train,
 
         def loss_fn(params):
             model = nnx.merge(graphdef, params)
-            return batch_loss(model, batch, cfg_train.label_smoothing, dropout_rng)
+            return batch_loss(model, batch, cfg_train.label_smoothing, dropout_rng,
+                              rdrop_alpha=cfg_train.rdrop_alpha)
 
         (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         grad_norm = optax.global_norm(grads)
