@@ -59,6 +59,7 @@ from data.batching import TrainBatcher, prefetch
 from data.cache import DataCache
 from data.corpora import load_corpus
 from data.packing import pack_batches
+from data.sampling import SampledEpochs
 from data.streaming import training_source
 from data.tokenizer import tokenizer_fingerprint
 from models import checkpoint as ckpt
@@ -118,9 +119,13 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     src_ids, tgt_ids, dropped = cache.encoded(source, corpus, tokenizer, workdir / "tokenizer",
                                               cfg.data.max_length, cfg.data.long_pairs)
     mesh = make_mesh()
-    batcher = TrainBatcher(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.data.max_length,
-                           bucket_step=cfg.data.bucket_step, batch_multiple=mesh.size,
-                           seed=cfg.train.seed)
+    # Subword regularisation draws each epoch's segmentation afresh (data/sampling.py).
+    batcher = (SampledEpochs(source, tokenizer, cfg.data, batch_tokens=cfg.train.batch_tokens,
+                             batch_multiple=mesh.size, seed=cfg.train.seed)
+               if cfg.data.spm_sampling_alpha else
+               TrainBatcher(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.data.max_length,
+                            bucket_step=cfg.data.bucket_step, batch_multiple=mesh.size,
+                            seed=cfg.train.seed))
     graphdef, state = create_train_state(cfg, tokenizer.source_vocab_size,
                                          tokenizer.target_vocab_size, mesh)
     loop = LoopState()
@@ -174,12 +179,12 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     try:
         while step < cfg.train.num_steps:
             waiting = time.perf_counter()
-            epoch, _, batch = next(batches)
+            epoch, index, batch = next(batches)
             window_wait += time.perf_counter() - waiting  # the input pipeline fell behind
             window_tokens += batch.pop("num_tokens")
             state, metrics = train_step(state, shard_batch(batch, mesh))
             step += 1
-            loop.epoch, loop.batch_index = batcher.position(step)  # where to resume
+            loop.epoch, loop.batch_index = epoch, index + 1  # where to resume
             pending.append(metrics)
             loop.train_seconds = trained_before + time.time() - session_start
             progress.total = expected_last_step(  # under a time budget: the step it ends at

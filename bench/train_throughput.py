@@ -2,7 +2,7 @@
 
     python bench/train_throughput.py --size tiny|base [--steps 20] [--warmup 3]
         [--batch_tokens 4096] [--synthetic] [--vocab_size 8000] [--dtype float32]
-        [--json OUT]
+        [--rdrop_alpha A] [--json OUT]
 
 The model, optimizer and step are set up as train.py sets them up, by `models.training`
 (`create_train_state` on `make_mesh()`, `make_train_step`): the same jitted full step
@@ -170,6 +170,7 @@ def make_config(args: argparse.Namespace):
     cfg.model.dtype = args.dtype
     cfg.data.vocab_size = args.vocab_size
     cfg.train.batch_tokens = args.batch_tokens
+    cfg.train.rdrop_alpha = args.rdrop_alpha
     return cfg
 
 
@@ -258,6 +259,7 @@ def run(args: argparse.Namespace) -> dict:
                                             "attention_impl", "embedding_grad")},
         "vocab_size": vocab,
         "batch_tokens": args.batch_tokens,
+        "rdrop_alpha": args.rdrop_alpha,
         "steps": len(measured),
         "warmup": args.warmup,
         "tokens_per_sec": tgt_tokens / elapsed,
@@ -361,6 +363,9 @@ def parse_args(argv: list[str] | None = None, description: str | None = None) ->
                         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
                         / "attnmt" / "bench",
                         help="where the Multi30k tokenizer is trained once [~/.cache/attnmt/bench]")
+    parser.add_argument("--rdrop_alpha", type=float, default=0.0,
+                        help="train.rdrop_alpha (R-Drop: two passes per batch; the FLOP count "
+                        "and MFU still count one) [0]")
     parser.add_argument("--json", type=Path, help="write the result as JSON here")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:

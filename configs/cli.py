@@ -246,6 +246,16 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     for key, (value, low) in minimums.items():
         if value < low:
             raise UserError(f"{key} must be at least {low}, got {value}")
+    if data.spm_sampling_alpha < 0:
+        raise UserError(f"data.spm_sampling_alpha must be 0 (off) or positive, got "
+                        f"{data.spm_sampling_alpha}")
+    if data.spm_sampling_alpha and data.spm_model_type != "unigram":
+        raise UserError("data.spm_sampling_alpha needs data.spm_model_type=unigram: BPE-dropout "
+                        "draws from SentencePiece's per-process random generator, which a "
+                        "resumed run could not replay")
+    if data.spm_sampling_alpha and not 2 <= data.spm_nbest_size <= 1024:
+        raise UserError(f"data.spm_nbest_size must be 2 to 1024 with sampling on, got "
+                        f"{data.spm_nbest_size}")
     if config.model.share_embeddings and not data.joint_vocab:
         raise UserError("model.share_embeddings needs one joint vocabulary (data.joint_vocab=True)")
     # The model's own checks (sizes, divisibility, choices), before any file is written.

@@ -21,6 +21,7 @@ are fixed, and no path is stored in the model: the same text and settings give
 a byte-identical `.model` file on any machine.
 """
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -45,6 +46,18 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPM_NUM_THREADS = 16
 JOINT_MODEL, SOURCE_MODEL, TARGET_MODEL = "spm", "spm_src", "spm_tgt"
 META_FILE = "tokenizer.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """One draw of subword regularisation (Kudo 2018, l-best sampling): each sentence's
+    segmentation is drawn from its `nbest_size` best unigram segmentations with
+    probability proportional to P(segmentation)^alpha. `seed` fixes the draw: the same
+    texts and seed give the same ids in any process."""
+
+    alpha: float
+    nbest_size: int
+    seed: int
 
 
 # SentencePiece's training failures (a RuntimeError whose text ends with its reason),
@@ -186,13 +199,16 @@ class Tokenizer:
             return cls(directory / f"{JOINT_MODEL}.model")
         return cls(directory / f"{SOURCE_MODEL}.model", directory / f"{TARGET_MODEL}.model")
 
-    def encode_source(self, texts: Sequence[str]) -> list[list[int]]:
-        """list[str] -> list of id lists, each `pieces + [eos]` (no bos)."""
-        return self._source.encode(list(texts), out_type=int, add_eos=True)
+    def encode_source(self, texts: Sequence[str], sampling: Sampling | None = None,
+                      ) -> list[list[int]]:
+        """list[str] -> list of id lists, each `pieces + [eos]` (no bos); the best
+        segmentation, or a sampled one (training only)."""
+        return _encode(self._source, texts, sampling, add_eos=True)
 
-    def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
+    def encode_target(self, texts: Sequence[str], sampling: Sampling | None = None,
+                      ) -> list[list[int]]:
         """list[str] -> list of id lists of the pieces only (no bos, no eos)."""
-        return self._target.encode(list(texts), out_type=int)
+        return _encode(self._target, texts, sampling, add_eos=False)
 
     def decode_target(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Target id lists -> detokenized strings.
@@ -220,6 +236,27 @@ class Tokenizer:
     def target_pieces(self, ids: Sequence[int]) -> list[str]:
         """One target id sequence -> its pieces ("<s>" for bos, "</s>" for eos, "" for pad)."""
         return self._pieces(self._target, ids)
+
+
+def _encode(sp: spm.SentencePieceProcessor, texts: Sequence[str], sampling: Sampling | None,
+            add_eos: bool) -> list[list[int]]:
+    if sampling is None:
+        return sp.encode(list(texts), out_type=int, add_eos=add_eos)
+    # SentencePiece's own sampling (enable_sampling) salts its random generator per
+    # process: the same seed draws differently after a restart, so a resumed run could not
+    # replay its epochs. Its n-best lists are deterministic; the draw among them is ours.
+    rng = np.random.default_rng(sampling.seed)
+    eos = [EOS_ID] if add_eos else []
+    ids = []
+    for proto in sp.nbest_encode(list(texts), nbest_size=sampling.nbest_size, out_type="proto"):
+        if not proto.nbests:  # an empty sentence
+            ids.append(eos.copy())
+            continue
+        scores = sampling.alpha * np.array([best.score for best in proto.nbests])
+        weights = np.exp(scores - scores.max())
+        pick = int(np.searchsorted(np.cumsum(weights), rng.random() * weights.sum(), "right"))
+        ids.append([piece.id for piece in proto.nbests[min(pick, len(weights) - 1)].pieces] + eos)
+    return ids
 
 
 def tokenizer_meta(cfg_data: ml_collections.ConfigDict) -> dict:
@@ -297,6 +334,7 @@ def load_or_train_tokenizer(
 
 def encode_for_training(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence[str],
                         max_length: int, long_pairs: str = "drop",
+                        sampling: Sampling | None = None,
                         ) -> tuple[list[list[int]], list[list[int]], int]:
     """Tokenizes training pairs and enforces `max_length` (training only).
 
@@ -312,6 +350,8 @@ def encode_for_training(tokenizer: Tokenizer, sources: Sequence[str], targets: S
       sources, targets: parallel raw training strings.
       max_length: the longest sequence, eos included (>= 2).
       long_pairs: "drop" or "truncate".
+      sampling: a sampled segmentation (data/sampling.py) instead of the best one; the
+        target side draws with seed + 1.
     Returns:
       (source_ids, target_ids, num_dropped): source lists end with eos, target
       lists carry no specials (see the module docstring).
@@ -320,8 +360,9 @@ def encode_for_training(tokenizer: Tokenizer, sources: Sequence[str], targets: S
         raise DataError(f"data.long_pairs must be 'drop' or 'truncate', got {long_pairs!r}")
     if max_length < 2:
         raise DataError(f"data.max_length must be at least 2, got {max_length}")
-    source_ids = tokenizer.encode_source(sources)
-    target_ids = tokenizer.encode_target(targets)
+    source_ids = tokenizer.encode_source(sources, sampling)
+    target_ids = tokenizer.encode_target(targets, sampling and dataclasses.replace(
+        sampling, seed=sampling.seed + 1))
     if long_pairs == "truncate":
         source_ids = [s if len(s) <= max_length else s[:max_length - 1] + [EOS_ID]
                       for s in source_ids]
