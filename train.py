@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 
 import jax
+import numpy as np
 from absl import flags, logging
 from ml_collections import config_flags
 from tqdm import tqdm
@@ -75,6 +76,7 @@ from models.loop import (
 from models.metrics_log import MetricsLog
 from models.seeds import seed_workdir, seed_workdirs
 from models.training import (
+    budget_decay,
     create_train_state,
     initialize_distributed,
     learning_rate_schedule,
@@ -154,6 +156,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     train_step = make_train_step(graphdef, cfg.train)
     eval_step = make_eval_step(graphdef, cfg.train.label_smoothing)
     schedule = learning_rate_schedule(cfg.train)
+    budget_schedule, warmup_end = cfg.train.schedule == "cosine_budget", max(1, cfg.train.warmup_steps)
     stop = StopRequest()
     batches = prefetch(pack_batches(batcher.iterate(loop.epoch, loop.batch_index),
                                     cfg.data.pack_length, math.lcm(8, mesh.size)))
@@ -182,11 +185,17 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
             epoch, index, batch = next(batches)
             window_wait += time.perf_counter() - waiting  # the input pipeline fell behind
             window_tokens += batch.pop("num_tokens")
-            state, metrics = train_step(state, shard_batch(batch, mesh))
+            lr_scale = None
+            if budget_schedule:  # the cosine over the time left (models/training.py)
+                lr_scale = np.float32(budget_decay(loop.train_seconds, loop.decay_start_seconds,
+                                                   60 * cfg.train.max_minutes))
+            state, metrics = train_step(state, shard_batch(batch, mesh), lr_scale)
             step += 1
             loop.epoch, loop.batch_index = epoch, index + 1  # where to resume
             pending.append(metrics)
             loop.train_seconds = trained_before + time.time() - session_start
+            if budget_schedule and loop.decay_start_seconds < 0 and step >= warmup_end:
+                loop.decay_start_seconds = loop.train_seconds
             progress.total = expected_last_step(  # under a time budget: the step it ends at
                 step, cfg.train.num_steps, cfg.train.max_minutes, loop.train_seconds,
                 (time.time() - session_start) / (step - first_step))
@@ -205,7 +214,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
                 extra = {name: float(sum(m[f"{name}_sum"] for m in sums) / tokens)
                          for name in ("align_nll", "rdrop_kl") if f"{name}_sum" in sums[-1]}
                 log.write(step, "train", loss=float(loss), **extra,
-                          learning_rate=float(schedule(step - 1)),
+                          learning_rate=float(schedule(step - 1)) * float(lr_scale or 1.0),
                           tokens_per_sec=window_tokens / window,
                           grad_norm=float(sums[-1]["grad_norm"]), epoch=epoch,
                           compile_seconds=compile_timer.seconds,

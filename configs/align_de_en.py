@@ -52,7 +52,8 @@ def get_config(direction: str = "de-en") -> ml_collections.ConfigDict:
         config.data.valid_target
     config.data.max_length = 160
     config.model.alignment_head = True  # the posterior aligner (models/alignment_head.py)
-    config.train.max_minutes = 0.0  # a step budget, resumable across sessions
+    config.train.max_minutes = 0.0  # a step budget, resumable across sessions ...
+    config.train.schedule = "inverse_sqrt"  # ... so not the CPU recipe's time-budget cosine
     config.train.num_steps = 8000
     config.eval.every_steps = 1000
     config.checkpoint.every_steps = 250  # a session cut off loses little

@@ -11,6 +11,8 @@ import ml_collections
 
 # data.dataset values; each has a loader in data/corpora.py.
 DATASETS = ("multi30k", "tatoeba", "text", "hf")
+# train.schedule values (models/training.py); after a linear warmup in each case.
+SCHEDULES = ("inverse_sqrt", "cosine", "constant", "cosine_budget")
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -83,6 +85,8 @@ def get_config() -> ml_collections.ConfigDict:
     train.batch_tokens = 4096  # per step, all devices together
     train.learning_rate = 1e-3  # peak, reached at the end of warmup
     train.warmup_steps = 4000
+    # inverse_sqrt | cosine (to 1% at num_steps) | constant | cosine_budget (to 1% when
+    # max_minutes runs out, whatever step that is: for time-budgeted recipes)
     train.schedule = "inverse_sqrt"
     train.weight_decay = 0.0
     train.grad_clip = 1.0

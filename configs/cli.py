@@ -45,7 +45,7 @@ from ml_collections import config_flags
 from ml_collections.config_flags import config_flags as config_flags_lib
 from ml_collections.config_flags import config_path
 
-from configs.base import DATASETS, get_config
+from configs.base import DATASETS, SCHEDULES, get_config
 from configs.errors import UserError
 from configs.files import write_atomic
 from configs.model import ModelConfig
@@ -231,7 +231,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if data.source_lang == data.target_lang:
         raise UserError(f"data.source_lang and data.target_lang are both {data.source_lang!r}")
     choices = {"data.spm_model_type": (data.spm_model_type, ("unigram", "bpe")),
-               "data.long_pairs": (data.long_pairs, ("drop", "truncate"))}
+               "data.long_pairs": (data.long_pairs, ("drop", "truncate")),
+               "train.schedule": (config.train.schedule, SCHEDULES)}
     for key, (value, allowed) in choices.items():
         if value not in allowed:
             raise UserError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
@@ -246,6 +247,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     for key, (value, low) in minimums.items():
         if value < low:
             raise UserError(f"{key} must be at least {low}, got {value}")
+    if config.train.schedule == "cosine_budget" and config.train.max_minutes <= 0:
+        raise UserError("train.schedule=cosine_budget decays over the time budget: set "
+                        "train.max_minutes")
     if data.spm_sampling_alpha < 0:
         raise UserError(f"data.spm_sampling_alpha must be 0 (off) or positive, got "
                         f"{data.spm_sampling_alpha}")

@@ -22,6 +22,7 @@ class LoopState:
     best_step: int = -1
     bad_evals: int = 0  # validations since the best one (train.patience)
     train_seconds: float = 0.0  # wall time spent training, over all sessions
+    decay_start_seconds: float = -1.0  # train_seconds when warmup ended ("cosine_budget")
     data_sha256: str = ""  # fingerprints of the training pairs and tokenizer files
     tokenizer_sha256: str = ""
 

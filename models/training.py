@@ -20,6 +20,8 @@ as an uninterrupted one without storing any RNG state.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,6 +29,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from configs.base import SCHEDULES
 from configs.model import ModelConfig
 from data.tokenizer import PAD_ID
 from models.alignment_head import mixture_log_likelihood
@@ -57,23 +60,49 @@ def create_train_state(cfg, src_vocab_size: int, tgt_vocab_size: int,
     return nnx.graphdef(model), (state if mesh is None else replicate(state, mesh))
 
 
+COSINE_END = 0.01  # both cosine schedules end at this fraction of the peak
+
+
 def learning_rate_schedule(cfg_train) -> optax.Schedule:
-    """Linear warmup to `learning_rate`, then inverse-sqrt, cosine or constant decay."""
+    """Linear warmup to `learning_rate`, then inverse-sqrt, cosine or constant decay.
+
+    "cosine_budget" is constant here: its cosine runs over the time budget, which only
+    the host knows, so the loop multiplies each step's update by `budget_decay(...)`.
+    """
     peak, warmup = cfg_train.learning_rate, max(1, cfg_train.warmup_steps)
     if cfg_train.schedule == "cosine":
         return optax.warmup_cosine_decay_schedule(
-            0.0, peak, warmup, max(cfg_train.num_steps, warmup + 1), end_value=peak * 0.01
+            0.0, peak, warmup, max(cfg_train.num_steps, warmup + 1), end_value=peak * COSINE_END
         )
     warmup_fn = optax.linear_schedule(0.0, peak, warmup)
     if cfg_train.schedule == "inverse_sqrt":
         # join_schedules evaluates both branches: at count = step - warmup < 0 (still in
         # warmup) the decay must not divide by zero, e.g. for step 0 as a Python int.
         decay_fn = lambda count: peak * jnp.sqrt(warmup / jnp.maximum(count + warmup, warmup))  # noqa: E731
-    elif cfg_train.schedule == "constant":
+    elif cfg_train.schedule in ("constant", "cosine_budget"):
         decay_fn = optax.constant_schedule(peak)
     else:
-        raise ValueError(f"train.schedule must be inverse_sqrt, cosine or constant, not {cfg_train.schedule!r}")
+        raise ValueError(f"train.schedule must be one of {', '.join(SCHEDULES)}, "
+                         f"not {cfg_train.schedule!r}")
     return optax.join_schedules([warmup_fn, decay_fn], [warmup])
+
+
+def budget_decay(train_seconds: float, decay_start_seconds: float, budget_seconds: float) -> float:
+    """The factor on the learning rate of `train.schedule = "cosine_budget"` after
+    `train_seconds` of training: 1 until warmup ended (at `decay_start_seconds`), then a
+    cosine to COSINE_END reached when the budget (`budget_seconds`, evaluations
+    included) runs out; a negative `decay_start_seconds` means warmup is still running.
+
+    The budgeted-training schedule (Li et al. 2020: decay to ~0 by the end of the
+    budget) for a budget in minutes, whose last step depends on the machine's speed. It
+    follows the clock, so two such runs match only as closely as their timings do; a
+    resume continues from the saved train_seconds.
+    """
+    if decay_start_seconds < 0:  # warmup still running
+        return 1.0
+    span = budget_seconds - decay_start_seconds
+    done = 1.0 if span <= 0 else min(max((train_seconds - decay_start_seconds) / span, 0.0), 1.0)
+    return COSINE_END + (1 - COSINE_END) * 0.5 * (1 + math.cos(math.pi * done))
 
 
 def build_optimizer(cfg_train) -> optax.GradientTransformation:
@@ -167,7 +196,9 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
 
 def make_train_step(graphdef: nnx.GraphDef, cfg_train,
                     optimizer: optax.GradientTransformation | None = None):
-    """The jit-compiled train step `(state, batch) -> (state, metrics)`; `state` is donated.
+    """The jit-compiled train step `(state, batch[, lr_scale]) -> (state, metrics)`; `state`
+    is donated. `lr_scale`, a float32 scalar, multiplies the update (the learning rate and
+    weight decay together): `budget_decay` of a "cosine_budget" run; None = 1, no multiply.
 
     The optimizer is `build_optimizer(cfg_train)`, the one `create_train_state` initialised
     (bench/step_profile.py passes another to compare state layouts).
@@ -179,7 +210,7 @@ def make_train_step(graphdef: nnx.GraphDef, cfg_train,
     base_key = jax.random.key(cfg_train.seed)
     optimizer = optimizer or build_optimizer(cfg_train)
 
-    def step_fn(state: dict, batch: dict):
+    def step_fn(state: dict, batch: dict, lr_scale: jax.Array | None = None):
         dropout_rng = jax.random.fold_in(base_key, state["step"])
 
         def loss_fn(params):
@@ -190,6 +221,8 @@ def make_train_step(graphdef: nnx.GraphDef, cfg_train,
         (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         grad_norm = optax.global_norm(grads)
         updates, new_opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+        if lr_scale is not None:  # "cosine_budget": the host's factor on the learning rate
+            updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
         new_params = optax.apply_updates(state["params"], updates)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
