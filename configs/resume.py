@@ -10,16 +10,19 @@ workdir compares the new config with it:
   * ...except CHANGEABLE_WITH_FLAG ones, which only move files, name evaluation files or
     change how the same computation runs;
   * every other change (the learning rate, say) needs `--allow_config_change=KEY,...`.
+
+`config_diff` (over `flatten_config`'s dotted keys) finds the changes.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from typing import Any
 
 import ml_collections
 
 from configs import base
-from configs.cli import config_diff, flatten_config
 from configs.errors import UserError
 
 SAFE_ON_RESUME = ("data.cache_dir", "train.num_steps", "train.log_every_steps", "train.patience",
@@ -60,3 +63,41 @@ def check_resume_config(saved: ml_collections.ConfigDict, new: ml_collections.Co
         raise UserError(f"config differs from the checkpointed run in {workdir} "
                         f"({fields(unsafe)}); use a new --workdir, or --allow_config_change="
                         f"{','.join(k for k, _, _ in unsafe)} to continue with the new values")
+
+
+def flatten_config(config: ml_collections.ConfigDict | dict) -> dict[str, Any]:
+    """{dotted key: value} with JSON-normalized values (tuples become lists)."""
+    tree = json.loads(json.dumps(config.to_dict() if hasattr(config, "to_dict") else config))
+    flat: dict[str, Any] = {}
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat[f"{prefix}{key}"] = value
+
+    walk(tree, "")
+    return flat
+
+
+def config_diff(old: ml_collections.ConfigDict | dict, new: ml_collections.ConfigDict | dict,
+                ignore: Iterable[str] = ()) -> list[tuple[str, Any, Any]]:
+    """Differences between two configs, for the resume guard.
+
+    Args:
+      old, new: configs (or plain nested dicts, e.g. parsed config.json).
+      ignore: dotted keys or group prefixes ("eval" or "eval.") to skip.
+    Returns:
+      Sorted [(dotted key, old value, new value)]; a key present on one side
+      only has None on the other.
+    """
+    prefixes = tuple(p.rstrip(".") for p in ignore)
+    a, b = flatten_config(old), flatten_config(new)
+    out = []
+    for key in sorted(a.keys() | b.keys()):
+        if any(key == p or key.startswith(p + ".") for p in prefixes):
+            continue
+        if key not in a or key not in b or a[key] != b[key]:
+            out.append((key, a.get(key), b.get(key)))
+    return out

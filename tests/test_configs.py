@@ -11,7 +11,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from configs import base, cli
+from configs import base, cli, resume
 from configs.errors import UserError
 from data.corpora import DataError
 
@@ -57,7 +57,7 @@ def parse(argv: list[str]) -> ml_collections.ConfigDict:
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_files_load_and_validate(name):
     cfg = parse(["prog", f"--config={ROOT / 'configs' / f'{name}.py'}"])
-    flat, base_flat = cli.flatten_config(cfg), cli.flatten_config(base.get_config())
+    flat, base_flat = resume.flatten_config(cfg), resume.flatten_config(base.get_config())
     assert set(flat) == set(base_flat)  # no typo adds a key
     assert all(key in flat for key in REQUIRED)
     for key, value in flat.items():  # types stay those of base
@@ -175,8 +175,8 @@ def test_config_json_round_trip(tmp_path):
     assert text == cli.config_to_json(cfg) and text.endswith("\n")
     assert list(json.loads(text)) == sorted(json.loads(text))  # stable, sorted
     loaded = cli.load_config_json(tmp_path / "run")
-    assert cli.flatten_config(loaded) == cli.flatten_config(cfg)
-    assert loaded.model.d_model == 40 and cli.config_diff(cfg, loaded) == []
+    assert resume.flatten_config(loaded) == resume.flatten_config(cfg)
+    assert loaded.model.d_model == 40 and resume.config_diff(cfg, loaded) == []
     cfg.unlock()
     cfg.model.d_model = 64
     cli.write_config_json(cfg, tmp_path / "run")  # replaces, leaves no temp file
@@ -192,12 +192,12 @@ def test_config_diff():
     new.train.num_steps = 5
     new.eval.beam_size = 4
     new.data.extra = "x"
-    assert cli.config_diff(old, new) == [
+    assert resume.config_diff(old, new) == [
         ("data.extra", None, "x"), ("eval.beam_size", 1, 4),
         ("model.d_model", 256, 512), ("train.num_steps", 20000, 5)]
-    assert cli.config_diff(old, new, ignore=["eval", "train.num_steps", "data.extra"]) == [
+    assert resume.config_diff(old, new, ignore=["eval", "train.num_steps", "data.extra"]) == [
         ("model.d_model", 256, 512)]
-    assert cli.config_diff(old.to_dict(), json.loads(cli.config_to_json(old))) == []
+    assert resume.config_diff(old.to_dict(), json.loads(cli.config_to_json(old))) == []
 
 
 def test_validate_config_errors():
