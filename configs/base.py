@@ -12,6 +12,8 @@ import ml_collections
 # data.dataset values; each has a loader in data/corpora.py.
 DATASETS = ("multi30k", "tatoeba", "text", "hf")
 # train.schedule values (models/training.py); after a linear warmup in each case.
+# SentencePiece normalisation rules offered (data.spm_normalization); the first is its default.
+NORMALIZATIONS = ("nmt_nfkc", "nmt_nfkc_cf")
 SCHEDULES = ("inverse_sqrt", "cosine", "constant", "cosine_budget")
 
 
@@ -47,6 +49,8 @@ def get_config() -> ml_collections.ConfigDict:
     data.joint_vocab = True  # one SentencePiece model for both sides
     data.spm_model_type = "unigram"  # unigram | bpe
     data.character_coverage = 1.0
+    # nmt_nfkc_cf also case-folds every text the tokenizer encodes (output is lowercase)
+    data.spm_normalization = "nmt_nfkc"  # nmt_nfkc | nmt_nfkc_cf
     data.spm_max_sentences = 300_000  # tokenizer trained on a sample of at most this
     data.max_length = 128  # training pairs longer than this (incl. eos) ...
     data.long_pairs = "drop"  # ... are dropped, or "truncate"d; eval never truncates

@@ -45,7 +45,7 @@ from ml_collections import config_flags
 from ml_collections.config_flags import config_flags as config_flags_lib
 from ml_collections.config_flags import config_path
 
-from configs.base import DATASETS, SCHEDULES, get_config
+from configs.base import DATASETS, NORMALIZATIONS, SCHEDULES, get_config
 from configs.errors import UserError
 from configs.files import write_atomic
 from configs.model import ModelConfig
@@ -231,6 +231,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if data.source_lang == data.target_lang:
         raise UserError(f"data.source_lang and data.target_lang are both {data.source_lang!r}")
     choices = {"data.spm_model_type": (data.spm_model_type, ("unigram", "bpe")),
+               "data.spm_normalization": (data.spm_normalization, NORMALIZATIONS),
                "data.long_pairs": (data.long_pairs, ("drop", "truncate")),
                "train.schedule": (config.train.schedule, SCHEDULES)}
     for key, (value, allowed) in choices.items():

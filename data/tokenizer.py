@@ -35,6 +35,7 @@ import ml_collections
 import numpy as np
 import sentencepiece as spm
 
+from configs.base import NORMALIZATIONS
 from configs.files import temp_folder
 from data.corpora import DataError, read_lines
 
@@ -96,7 +97,8 @@ def sample_indices(count: int, max_sentences: int, seed: int) -> np.ndarray | No
 
 def train_model(texts_or_files: Sequence[str | Path], vocab_size: int,
                 model_type: str = "unigram", character_coverage: float = 1.0,
-                max_sentences: int = 300_000, seed: int = 0) -> bytes:
+                max_sentences: int = 300_000, seed: int = 0,
+                normalization: str = "nmt_nfkc") -> bytes:
     """Trains one SentencePiece model with pad/unk/bos/eos = 0/1/2/3; returns its bytes
     (the content of a `.model` file). Writes nothing.
 
@@ -108,6 +110,9 @@ def train_model(texts_or_files: Sequence[str | Path], vocab_size: int,
       character_coverage: fraction of characters covered by the vocabulary.
       max_sentences: train on a seeded random sample of at most this many.
       seed: seed of the sample and of SentencePiece's random generator.
+      normalization: SentencePiece's normalisation rule, stored in the model and so
+        applied to every text it encodes: "nmt_nfkc" (NFKC, its default) or
+        "nmt_nfkc_cf" (also case-folded: "Die" and "die" are one word).
     Raises:
       DataError: no text, unknown model type, or settings SentencePiece refuses for this
         text (a vocabulary too large or too small, ...), naming the config key and
@@ -115,6 +120,9 @@ def train_model(texts_or_files: Sequence[str | Path], vocab_size: int,
     """
     if model_type not in ("unigram", "bpe"):
         raise DataError(f"data.spm_model_type must be 'unigram' or 'bpe', got {model_type!r}")
+    if normalization not in NORMALIZATIONS:
+        raise DataError(f"data.spm_normalization must be one of {', '.join(NORMALIZATIONS)}, "
+                        f"got {normalization!r}")
     sentences: list[str] = []
     for item in texts_or_files:
         if isinstance(item, Path):
@@ -132,7 +140,7 @@ def train_model(texts_or_files: Sequence[str | Path], vocab_size: int,
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences), model_writer=model,
             vocab_size=vocab_size, model_type=model_type,
-            character_coverage=character_coverage,
+            character_coverage=character_coverage, normalization_rule_name=normalization,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
             input_sentence_size=0, shuffle_input_sentence=False,
@@ -260,10 +268,18 @@ def _encode(sp: spm.SentencePieceProcessor, texts: Sequence[str], sampling: Samp
 
 
 def tokenizer_meta(cfg_data: ml_collections.ConfigDict) -> dict:
+    """The settings a tokenizer is trained with, as saved in its tokenizer.json; a run
+    config from before a setting existed reads as that setting's default."""
     return {"joint_vocab": bool(cfg_data.joint_vocab), "vocab_size": int(cfg_data.vocab_size),
             "model_type": str(cfg_data.spm_model_type),
             "character_coverage": float(cfg_data.character_coverage),
+            "normalization": str(cfg_data.get("spm_normalization", NORMALIZATIONS[0])),
             "source_lang": str(cfg_data.source_lang), "target_lang": str(cfg_data.target_lang)}
+
+
+def with_meta_defaults(saved: dict) -> dict:
+    """A tokenizer.json's settings, with those it predates at their default values."""
+    return {"normalization": NORMALIZATIONS[0], **saved}
 
 
 def load_or_train_tokenizer(
@@ -301,7 +317,8 @@ def load_or_train_tokenizer(
         # (not even the workdir) is written.
         kwargs = dict(vocab_size=cfg_data.vocab_size, model_type=cfg_data.spm_model_type,
                       character_coverage=cfg_data.character_coverage,
-                      max_sentences=cfg_data.spm_max_sentences)
+                      max_sentences=cfg_data.spm_max_sentences,
+                      normalization=cfg_data.spm_normalization)
         train_sources, train_targets = training_text()
         if len(train_sources) + len(train_targets) > 100_000:  # SentencePiece shows no progress
             print(f"attnmt: training the tokenizer on {len(train_sources) + len(train_targets):,} "
@@ -323,7 +340,7 @@ def load_or_train_tokenizer(
             except OSError:
                 if not meta_path.is_file():
                     raise
-    saved = json.loads(meta_path.read_text())
+    saved = with_meta_defaults(json.loads(meta_path.read_text()))
     changed = [f"{key}: {saved.get(key)!r} -> {value!r}" for key, value in meta.items()
                if saved.get(key) != value]
     if changed:

@@ -21,7 +21,7 @@ from configs.errors import UserError
 
 def load_tokenizer(workdir: Path, cfg: ml_collections.ConfigDict):
     """The run's tokenizer, checked against config.json (UserError if missing or foreign)."""
-    from data.tokenizer import META_FILE, Tokenizer, tokenizer_meta
+    from data.tokenizer import META_FILE, Tokenizer, tokenizer_meta, with_meta_defaults
 
     directory = workdir / "tokenizer"
     if not directory.is_dir():
@@ -29,7 +29,7 @@ def load_tokenizer(workdir: Path, cfg: ml_collections.ConfigDict):
     meta_path = directory / META_FILE
     if meta_path.is_file():
         try:
-            saved = json.loads(meta_path.read_text(encoding="utf-8"))
+            saved = with_meta_defaults(json.loads(meta_path.read_text(encoding="utf-8")))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise UserError(f"{meta_path}: invalid JSON ({e})") from None
         expected = tokenizer_meta(cfg.data)

@@ -214,6 +214,10 @@ def test_validate_config_errors():
     with pytest.raises(UserError, match="spm_model_type must be one of unigram, bpe"):
         cli.validate_config(cfg)
     cfg = base.get_config()
+    cfg.data.spm_normalization = "nfc"
+    with pytest.raises(UserError, match="spm_normalization must be one of nmt_nfkc, nmt_nfkc_cf"):
+        cli.validate_config(cfg)
+    cfg = base.get_config()
     cfg.model.embedding_grad = "sorted"
     with pytest.raises(UserError, match="model.embedding_grad must be one of auto, scatter, one_hot"):
         cli.validate_config(cfg)

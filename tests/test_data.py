@@ -305,6 +305,39 @@ def test_tokenizer_deterministic_separate_and_too_large(tmp_path, small_corpus, 
     assert not (tmp_path / "c").exists() and not list(tmp_path.glob(".tokenizer-tmp-*"))
 
 
+def test_tokenizer_case_folding_and_older_meta(tmp_path, small_corpus, tok_dir):
+    """nmt_nfkc_cf: one id sequence for any casing, lowercase output, words kept apart; a
+    tokenizer folder from before the key loads as the default rule, which does not fold."""
+    folded = tokenizer.load_or_train_tokenizer(
+        tmp_path / "cf", data_config(vocab_size=300, spm_normalization="nmt_nfkc_cf"),
+        lambda: small_corpus)
+    assert folded.encode_source(["Ein HUND läuft."]) == folded.encode_source(["ein hund läuft."])
+    assert folded.decode_target(folded.encode_target(["A Dog RUNS."])) == ["a dog runs."]
+    pieces = folded.target_pieces(folded.encode_target(["A Dog RUNS."])[0])
+    assert sum(p.startswith("\u2581") for p in pieces) == 3  # three words, as given
+    assert json.loads((tmp_path / "cf/tokenizer.json").read_text())["normalization"] == \
+        "nmt_nfkc_cf"
+    cased = Tokenizer.load(tok_dir)
+    assert cased.encode_source(["Hund"]) != cased.encode_source(["hund"])
+    older = tmp_path / "older"
+    older.mkdir()
+    for path in tok_dir.iterdir():
+        (older / path.name).write_bytes(path.read_bytes())
+    meta = json.loads((older / "tokenizer.json").read_text())
+    del meta["normalization"]
+    (older / "tokenizer.json").write_text(json.dumps(meta))
+    tokenizer.load_or_train_tokenizer(older, data_config(vocab_size=300), lambda: small_corpus)
+    older_config = ml_collections.ConfigDict(data_config(vocab_size=300).to_dict())
+    del older_config["spm_normalization"]  # a config.json from before the key
+    assert tokenizer.tokenizer_meta(older_config) == meta | {"normalization": "nmt_nfkc"}
+    with pytest.raises(DataError, match="normalization: 'nmt_nfkc' -> 'nmt_nfkc_cf'"):
+        tokenizer.load_or_train_tokenizer(
+            older, data_config(vocab_size=300, spm_normalization="nmt_nfkc_cf"),
+            lambda: small_corpus)
+    with pytest.raises(DataError, match="data.spm_normalization must be one of"):
+        tokenizer.train_model(small_corpus[0][:100], 100, normalization="nfc")
+
+
 def test_encode_for_training_drop_and_truncate(tok_dir):
     tok = Tokenizer.load(tok_dir)
     long = " ".join(["Hund"] * 40)
