@@ -3,7 +3,7 @@
     python -m attention.align --workdir W (--pairs FILE | --source F --target F)
         [--gold gold.talp] [--reverse_workdir W2] [--symmetrize grow-diag-final-and|
         intersect|union|none] [--layer L|mean|alignment] [--heads mean|0,2] [--[no]shift]
-        [--threshold argmax|X] [--checkpoint best|last|STEP] [--select]
+        [--threshold argmax|X] [--prior_weight W] [--checkpoint best|last|STEP] [--select]
         [--plot PNG [--plot_pair K]]
 
 stdout: one Pharaoh line per input pair, in order, nothing dropped: 0-indexed `i-j`
@@ -20,15 +20,18 @@ target piece is predicted, or with `--shift` where it is the decoder input (Chen
 2020); argmax, or every source piece with a weight >= `--threshold`. A model trained
 with `model.alignment_head` (models/alignment_head.py) also offers `--layer alignment`:
 its mixture's posterior p(source piece | x, y_<=j), which sees the target piece itself
-(no shift applies); it is the default for such a model.
+(no shift applies); it is the default for such a model. `--prior_weight W` (0 to 1,
+default 1) raises the head's prior attention to W in that posterior: 0 reads the lexical
+table alone (IBM model 1's reading), for a prior that has not learned where to look yet
+(`models.forced_alignment.head_posterior`).
 `--reverse_workdir` adds a model of the opposite direction (its links are transposed)
 and `--symmetrize` combines both (`attention.alignment_scoring.symmetrize`, atools' order).
 
 `--gold F` (TALP, 1-indexed, sure `i-j` / possible `ipj`) only scores: stderr gets
 `AER: x precision: p recall: r` (percent, all pairs), then the same for the first
 `--dev_sentences` (100) pairs and the others, and the settings. `--select` (needs
---gold) tries every saved checkpoint x layer (each, mean, the head) x shift x threshold (argmax
-and THRESHOLDS) on the first 100 pairs alone, with a reverse model also the symmetri-
+--gold) tries every saved checkpoint x layer (each, mean, the head with each of
+PRIOR_WEIGHTS) x shift x threshold (argmax and THRESHOLDS) on the first 100 pairs alone, with a reverse model also the symmetri-
 sations of each direction's best 5, keeps the lowest dev AER and stores it in
 `<workdir>/eval/alignment.json`. A flag not given takes that stored value, else the
 built-in default (best checkpoint, the head or else the penultimate layer, heads mean,
@@ -42,6 +45,7 @@ From Python: `align(workdir, sources, targets, golds=...) -> dict` and `select(.
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import sys
 from collections.abc import Sequence
@@ -61,8 +65,9 @@ FLAGS = flags.FLAGS
 RESULT_FILE = Path("eval") / "alignment.json"  # relative to the workdir
 DEV_SENTENCES = 100  # the protocol: every setting is chosen on the first 100 gold pairs
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
+PRIOR_WEIGHTS = (1.0, 0.5, 0.25, 0.0)  # the head's posterior: prior^w x lexical
 TOP_PER_DIRECTION = 5  # each direction's best settings combined by --select
-SETTING_KEYS = ("checkpoint", "layer", "heads", "shift", "threshold")
+SETTING_KEYS = ("checkpoint", "layer", "heads", "shift", "threshold", "prior_weight")
 
 
 def define_flags() -> None:
@@ -79,6 +84,8 @@ def define_flags() -> None:
     flags.DEFINE_string("heads", None, "mean, or comma-separated head indices to average.")
     flags.DEFINE_bool("shift", None, "Read the row where the target word is the input.")
     flags.DEFINE_string("threshold", None, "argmax, or link every weight >= this number.")
+    flags.DEFINE_float("prior_weight", None, "--layer alignment: the head's prior raised to "
+                       "this (0 to 1) in its posterior; 0 = lexical table alone.")
     flags.DEFINE_string("checkpoint", None, "best | last | STEP (default: stored, else best).")
     flags.DEFINE_bool("select", False, "Choose the settings on the dev pairs and store them.")
     flags.DEFINE_integer("dev_sentences", DEV_SENTENCES, "Gold pairs that choose settings.")
@@ -138,8 +145,10 @@ def describe(settings: dict) -> str:
     """One line naming a direction's settings."""
     rule = "argmax" if settings["threshold"] is None else f"threshold {settings['threshold']}"
     heads = settings["heads"] if settings["heads"] == "mean" else ",".join(map(str, settings["heads"]))
+    weight = settings.get("prior_weight")
     return (f"checkpoint {settings['checkpoint']}, layer {settings['layer']}, heads {heads}, "
-            f"{rule}{', shift' if settings['shift'] else ''}")
+            f"{rule}{', shift' if settings['shift'] else ''}"
+            f"{'' if weight is None else f', prior weight {weight:g}'}")
 
 
 # ----------------------------------------------------------------------- the two functions
@@ -157,6 +166,12 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
     if s["layer"] is None:  # the head when there is one, else the penultimate layer
         s["layer"] = HEAD_LAYER if rec.has_head else max(rec.num_layers - 2, 0)
     s["layer"] = rec.layer_index(s["layer"])
+    if s["layer"] != HEAD_LAYER:
+        if given.get("prior_weight") is not None:
+            raise UserError(f"--prior_weight applies to --layer {HEAD_LAYER} only")
+        s["prior_weight"] = None
+    elif s["prior_weight"] is None:
+        s["prior_weight"] = 1.0
     return s, rec
 
 
@@ -195,14 +210,16 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
             raise UserError(f"{reverse_workdir} translates {rev_langs.source_lang}->"
                             f"{rev_langs.target_lang}, not {langs.target_lang}->{langs.source_lang}")
     fwd, rec = _direction(workdir, stored, given, sources, targets, batch_size, max_tokens)
-    links = rec.links(fwd["layer"], fwd["shift"], fwd["threshold"])
+    links = rec.links(fwd["layer"], fwd["shift"], fwd["threshold"],
+                      prior_weight=fwd["prior_weight"] or 1.0)
     settings = {**fwd, "symmetrize": method, "reverse": None}
     if method != "none":
         same = bool(stored_rev) and (Path(stored_rev["workdir"]).resolve()
                                      == Path(reverse_workdir).resolve())
         rev, rec_rev = _direction(reverse_workdir, stored_rev if same else {}, given, targets,
                                   sources, batch_size, max_tokens)
-        back = rec_rev.links(rev["layer"], rev["shift"], rev["threshold"], transpose=True)
+        back = rec_rev.links(rev["layer"], rev["shift"], rev["threshold"], transpose=True,
+                             prior_weight=rev["prior_weight"] or 1.0)
         links = [symmetrize(f, b, method) for f, b in zip(links, back, strict=True)]
         settings["reverse"] = {"workdir": str(Path(reverse_workdir).resolve()), **rev}
     result = {"links": links, "settings": settings, **({"recorded": rec} if keep_recorded else {})}
@@ -239,11 +256,14 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
         src, tgt = (targets, sources) if transpose else (sources, targets)
         rec = Recorded(workdir, step, src, tgt, heads, batch_size, max_tokens)
         for layer in rec.layers:
-            for shift in (False,) if layer == HEAD_LAYER else (False, True):
+            head = layer == HEAD_LAYER
+            weights = ((given.get("prior_weight"),) if given.get("prior_weight") is not None
+                       else PRIOR_WEIGHTS) if head else (None,)
+            for shift, weight in itertools.product((False,) if head else (False, True), weights):
                 for threshold in (None, *THRESHOLDS):
-                    links = rec.links(layer, shift, threshold, transpose)
+                    links = rec.links(layer, shift, threshold, transpose, prior_weight=weight or 1.0)
                     settings = {"checkpoint": str(rec.step), "layer": layer, "heads": heads,
-                                "shift": shift, "threshold": threshold}
+                                "shift": shift, "threshold": threshold, "prior_weight": weight}
                     out.append((alignment_scores(links, golds)["aer"], settings, links))
     return sorted(out, key=lambda c: c[0])  # stable: ties keep the grid order
 
@@ -302,7 +322,8 @@ def plot_pair(result: dict, sources: Sequence[str], targets: Sequence[str],
     from attention.plotting import alignment_figure, save_png
 
     settings = result["settings"]
-    matrix = result["recorded"].word_matrix(pair, settings["layer"], settings["shift"])
+    matrix = result["recorded"].word_matrix(pair, settings["layer"], settings["shift"],
+                                            prior_weight=settings["prior_weight"] or 1.0)
     sure, possible = golds[pair] if golds is not None else (None, None)
     fig = alignment_figure(matrix, targets[pair].split(), sources[pair].split(), sure=sure,
                            possible=possible, predicted=result["links"][pair],
@@ -343,6 +364,8 @@ def main(argv: list[str]) -> None:
         raise UserError("give --pairs FILE, or --source FILE and --target FILE")
     if f.select and not f.gold:
         raise UserError("--select needs --gold")
+    if f.prior_weight is not None and not 0.0 <= f.prior_weight <= 1.0:
+        raise UserError(f"--prior_weight must be in [0, 1], got {f.prior_weight:g}")
     if f.batch_size < 1:
         raise UserError(f"--batch_size must be at least 1, got {f.batch_size}")
     if f.plot:
@@ -350,7 +373,8 @@ def main(argv: list[str]) -> None:
     given = {"checkpoint": f.checkpoint, "shift": f.shift,
              "layer": None if f.layer is None else parse_layer(f.layer),
              "heads": None if f.heads is None else parse_heads(f.heads),
-             "threshold": None if f.threshold is None else parse_threshold(f.threshold)}
+             "threshold": None if f.threshold is None else parse_threshold(f.threshold),
+             "prior_weight": f.prior_weight}
     sources, targets = read_pairs(f.pairs) if f.pairs else read_sides(f.source, f.target)
     golds = read_gold(f.gold, sources, targets) if f.gold else None
     if not cli.debug_enabled():

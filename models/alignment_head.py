@@ -59,16 +59,17 @@ class AlignmentHead(nnx.Module):
         self.output_bias = nnx.Param(jnp.zeros((config.tgt_vocab_size,),
                                                jnp.dtype(config.param_dtype)))
 
-    def joint(self, decoder_states: jnp.ndarray, memory: jnp.ndarray,
-              source_embeddings: jnp.ndarray, targets: jnp.ndarray,
-              mask: jnp.ndarray) -> jnp.ndarray:
-        """log a(i | x, y_<j) + log t(y_j | x_i) for every target row j and source piece i.
+    def log_terms(self, decoder_states: jnp.ndarray, memory: jnp.ndarray,
+                  source_embeddings: jnp.ndarray, targets: jnp.ndarray,
+                  mask: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        """(log a(i | x, y_<j), log t(y_j | x_i)) for every target row j and source piece i.
 
         decoder_states: [B, T, D], the final (normed) decoder state of the row predicting
         targets[:, j]; memory: [B, S, D] encoder outputs; source_embeddings: [B, S, D]
         token rows of the source (no positions); targets: int [B, T]; mask: bool
         [B, T, S], True where row j may link to piece i. All float inputs are taken as
-        constants (stop_gradient). Returns float32 [B, T, S], NEG_INF where masked.
+        constants (stop_gradient). Returns two float32 [B, T, S], NEG_INF where masked
+        (the prior's rows sum to 1 over the unmasked pieces).
         """
         decoder_states, memory, source_embeddings = (
             jax.lax.stop_gradient(x.astype(jnp.float32))
@@ -85,7 +86,18 @@ class AlignmentHead(nnx.Module):
         # Only the targets' columns of the [B, S, V] table are needed: score them directly.
         score = jnp.einsum("bsd,btd->bts", h, jnp.take(table, targets, axis=0))
         log_lexical = score + jnp.take(bias, targets)[..., None] - log_z[:, None, :]
-        return jnp.where(mask, log_prior + log_lexical, NEG_INF)
+        return log_prior, jnp.where(mask, log_lexical, NEG_INF)
+
+    def joint(self, *args: jnp.ndarray) -> jnp.ndarray:
+        """log a(i | x, y_<j) + log t(y_j | x_i): float32 [B, T, S], NEG_INF where masked;
+        the arguments are those of `log_terms`."""
+        return joint_from_terms(*self.log_terms(*args), args[-1])
+
+
+def joint_from_terms(log_prior: jnp.ndarray, log_lexical: jnp.ndarray,
+                     mask: jnp.ndarray) -> jnp.ndarray:
+    """The mixture's joint from `AlignmentHead.log_terms`: [B, T, S], NEG_INF where masked."""
+    return jnp.where(mask, log_prior + log_lexical, NEG_INF)
 
 
 def mixture_log_likelihood(joint: jnp.ndarray) -> jnp.ndarray:

@@ -1,6 +1,7 @@
 """Forced decoding of a bitext for word alignment: every pair teacher-forced through a
 trained run, its cross-attention (and, when the model has one, its alignment head's
-posterior) kept per forced-decoding unit, then read into word links for any setting.
+joint and prior in logs) kept per forced-decoding unit, then read into word links for
+any setting.
 
     rec = Recorded("runs/align_de_en", "best", sources, targets)
     links = rec.links(layer="alignment", shift=False, threshold=None)   # N sorted lists
@@ -38,12 +39,11 @@ def _groups(units: Sequence[Unit], batch_size: int):
 @functools.cache
 def _forced_fn(with_head: bool):
     """The jitted (graphdef [static], state, src, tgt_in, tgt_out) -> (cross-attention
-    [L, B, H, T, S], the head's posterior [B, T, S] or None); built on first use, so
-    importing this module does not load JAX."""
+    [L, B, H, T, S], the head's joint and log prior [2, B, T, S] or None); built on first
+    use, so importing this module does not load JAX."""
     import jax
+    import jax.numpy as jnp
     from flax import nnx
-
-    from models.alignment_head import posterior
 
     def fn(graphdef, state, src, tgt_in, tgt_out):
         model = nnx.merge(graphdef, state)
@@ -51,7 +51,7 @@ def _forced_fn(with_head: bool):
             return model(src, tgt_in, return_weights=True)[1]["cross"], None
         _, joint, weights = model.forward_with_alignment(src, tgt_in, tgt_out,
                                                          return_weights=True)
-        return weights["cross"], posterior(joint)
+        return weights["cross"], jnp.stack([joint, weights["alignment_log_prior"]])
 
     return jax.jit(fn, static_argnums=0)
 
@@ -59,12 +59,13 @@ def _forced_fn(with_head: bool):
 def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size: int,
            limit: int = MAX_TOKENS) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
     """One teacher-forced pass over every unit: its cross-attention averaged over `heads`
-    and, for a model with an alignment head, the head's posterior (models/alignment_head.py).
+    and, for a model with an alignment head, the head's joint log a(i | ..) + log t(y_j |
+    x_i) and log prior log a(i | ..) (models/alignment_head.py).
 
     Returns (per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
-    y_0..y_{n-1}), source column (m pieces, then </s>); per unit float32 [n + 1, m + 1]:
-    row j for target piece y_j (row n: </s>), column i for source piece i (column m: </s>,
-    the NULL word), or None without a head). Units go in batches of similar length,
+    y_0..y_{n-1}), source column (m pieces, then </s>); per unit float32 [2, n + 1, m + 1]:
+    joint and log prior, row j for target piece y_j (row n: </s>), column i for source
+    piece i (column m: </s>, the NULL word), or None without a head). Units go in batches of similar length,
     padded to a multiple of PAD_MULTIPLE, at most `limit` (padding is masked: the rows of
     the real tokens are the same).
     """
@@ -76,7 +77,7 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
     graphdef, state = nnx.split(model)
     with_head = model.alignment_head is not None
     atts: list = [None] * len(units)
-    posteriors: list | None = [None] * len(units) if with_head else None
+    head_terms: list | None = [None] * len(units) if with_head else None
     head_index = slice(None) if heads == "mean" else list(heads)
     for group in _groups(units, batch_size):
         longest = max(max(len(units[i].src), len(units[i].tgt)) + 1 for i in group)
@@ -87,15 +88,30 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
             src[row, : len(u.src) + 1] = [*u.src, EOS_ID]
             tgt_in[row, : len(u.tgt) + 1] = [BOS_ID, *u.tgt]
             tgt_out[row, : len(u.tgt) + 1] = [*u.tgt, EOS_ID]
-        cross, post = jax.device_get(_forced_fn(with_head)(graphdef, state, src, tgt_in,
+        cross, terms = jax.device_get(_forced_fn(with_head)(graphdef, state, src, tgt_in,
                                                            tgt_out))
         for row, i in enumerate(group):
             n, m = len(units[i].tgt), len(units[i].src)
             atts[i] = np.asarray(cross[:, row][:, head_index, : n + 1, : m + 1],
                                  np.float32).mean(axis=1)
             if with_head:
-                posteriors[i] = np.asarray(post[row, : n + 1, : m + 1], np.float32)
-    return atts, posteriors
+                head_terms[i] = np.asarray(terms[:, row, : n + 1, : m + 1], np.float32)
+    return atts, head_terms
+
+
+def head_posterior(terms: np.ndarray, prior_weight: float = 1.0) -> np.ndarray:
+    """The alignment head's posterior with its prior raised to `prior_weight`:
+    p(i | x, y_<=j) proportional to a(i | x, y_<j)^w t(y_j | x_i). w = 1 is the model's own
+    posterior; w = 0 drops the prior (IBM model 1's reading: each target piece goes to the
+    source piece that best translates it); in between trusts the learned prior less.
+
+    terms: float32 [2, n + 1, m + 1], the joint and log prior `record` keeps for a unit.
+    Returns float32 [n + 1, m + 1], rows summing to 1.
+    """
+    joint, log_prior = terms
+    scores = joint + (prior_weight - 1.0) * log_prior
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (scores / scores.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
 class Recorded:
@@ -144,19 +160,21 @@ class Recorded:
         return int(layer) % self.num_layers
 
     def links(self, layer, shift: bool, threshold: float | None,
-              transpose: bool = False) -> list[list[Link]]:
-        """Word links per pair. The head's posterior row j already aligns y_j (no shift),
-        and its argmax may fall on `</s>`, the NULL word: that piece stays unaligned."""
+              transpose: bool = False, prior_weight: float = 1.0) -> list[list[Link]]:
+        """Word links per pair. The head's posterior (`head_posterior` with `prior_weight`)
+        row j already aligns y_j (no shift), and its argmax may fall on `</s>`, the NULL
+        word: that piece stays unaligned."""
         layer = self.layer_index(layer)
         if layer == HEAD_LAYER:
             if shift:
                 raise UserError(f"--shift does not apply to --layer {HEAD_LAYER}")
-            return pair_links(self.num_pairs, self.units, [p[None] for p in self.head], 0,
-                              False, threshold, transpose, null=True)
+            posteriors = [head_posterior(t, prior_weight)[None] for t in self.head]
+            return pair_links(self.num_pairs, self.units, posteriors, 0, False, threshold,
+                              transpose, null=True)
         return pair_links(self.num_pairs, self.units, self.atts, layer, shift, threshold,
                           transpose)
 
-    def word_matrix(self, pair: int, layer, shift: bool) -> np.ndarray:
+    def word_matrix(self, pair: int, layer, shift: bool, prior_weight: float = 1.0) -> np.ndarray:
         """What `links` reads for pair `pair`, merged into words: float32 [target words,
         source words], a target word's piece rows averaged and a source word's piece
         columns summed (`</s>` left out), as `attention.plotting.alignment_matrix` does."""
@@ -166,7 +184,7 @@ class Recorded:
         unit, index = units[0], self.units.index(units[0])
         layer = self.layer_index(layer)
         if layer == HEAD_LAYER:
-            att = self.head[index]
+            att = head_posterior(self.head[index], prior_weight)
         else:
             att = self.atts[index].mean(axis=0) if layer == "mean" else self.atts[index][layer]
         rows = att[1:] if shift and layer != HEAD_LAYER else att[:-1]  # [n, m + 1]

@@ -31,7 +31,7 @@ from attention import CrossKV, KVCache, segment_mask
 from attention.dropout import dropout
 from configs.model import ModelConfig
 from data.tokenizer import PAD_ID
-from models.alignment_head import AlignmentHead
+from models.alignment_head import AlignmentHead, joint_from_terms
 from models.layers import DecoderLayer, Embeddings, EncoderLayer, layer_norm, split_rng
 
 
@@ -187,7 +187,10 @@ class Transformer(nnx.Module):
         rows predict); packing arguments as in `__call__`. Returns (logits float32
         [B, T, V], joint float32 [B, T, S]: log prior + log lexical of piece i for row j,
         models/alignment_head.py, masked cells hold NEG_INF; the weights of `__call__`
-        with return_weights, else None).
+        with return_weights, plus "alignment_log_prior": the log of the head's prior
+        attention, log a(i | x, y_<j), float32 [B, T, S] (kept in logs: a posterior that
+        weights the prior differently is read from it and the joint without underflow),
+        else None).
         """
         enc_rng, dec_rng = split_rng(dropout_rng, 2)
         memory, src_valid, enc_w = self.encode(src, segments=src_segments,
@@ -201,9 +204,10 @@ class Transformer(nnx.Module):
         else:
             mask = segment_mask(tgt_segments, src_segments)[:, 0]
         rows = self.source_embed.tokens.embedding[...][src] * self.source_embed.d_model**0.5
-        joint = self.alignment_head.joint(states, memory, rows, tgt_out, mask)
+        log_prior, log_lexical = self.alignment_head.log_terms(states, memory, rows, tgt_out, mask)
+        joint = joint_from_terms(log_prior, log_lexical, mask)
         if return_weights:
-            weights = {"encoder_self": enc_w, **weights}
+            weights = {"encoder_self": enc_w, **weights, "alignment_log_prior": log_prior}
         return self.target_embed.logits(states), joint, weights
 
     def init_decode_state(self, memory, src_valid, max_length: int) -> DecodeState:

@@ -152,6 +152,17 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
     assert back != align(reverse_workdir, targets, sources, layer=0)["links"]
     with pytest.raises(UserError, match="--shift does not apply to --layer alignment"):
         align(reverse_workdir, targets, sources, shift=True)
+    # The prior weight: 1 is the head's own posterior (the default); 0 the lexical table
+    # alone, another map (the smoke model's argmax links happen to agree); only the head
+    # has one.
+    assert backward["settings"]["prior_weight"] == 1.0
+    assert align(reverse_workdir, targets, sources, prior_weight=1.0)["links"] == back
+    assert align(reverse_workdir, targets, sources, prior_weight=0.0)["settings"][
+        "prior_weight"] == 0.0
+    assert not np.allclose(rec.word_matrix(0, "alignment", False, prior_weight=0.0), matrix,
+                           atol=1e-3)
+    with pytest.raises(UserError, match="--prior_weight applies to --layer alignment only"):
+        align(reverse_workdir, targets, sources, layer=0, prior_weight=0.5)
     rev = [[(i, j) for j, i in links] for links in back]
     for method in ("intersect", "union", "grow-diag-final-and"):
         result = align(smoke_workdir, sources, targets, reverse_workdir=reverse_workdir,
@@ -183,12 +194,15 @@ def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, rever
     stored = json.loads((workdir / "eval" / "alignment.json").read_text())
     settings = stored["settings"]
     assert set(settings) == {"checkpoint", "layer", "heads", "shift", "threshold",
-                             "symmetrize", "reverse"}
+                             "prior_weight", "symmetrize", "reverse"}
     assert settings["checkpoint"] in ("20", "40") and settings["heads"] == "mean"
     # 2 checkpoints x (layer 0, mean) x shift x (argmax + 7 thresholds), both directions;
-    # the reverse run's alignment head adds 2 checkpoints x (argmax + 7 thresholds).
-    assert len(stored["grid"]) == 2 * 64 + 16 and stored["selected_on"]["dev_sentences"] == 5
-    assert sum(g["layer"] == "alignment" for g in stored["grid"]) == 16
+    # the reverse run's alignment head adds 2 checkpoints x 4 prior weights x (argmax + 7
+    # thresholds).
+    assert len(stored["grid"]) == 2 * 64 + 64 and stored["selected_on"]["dev_sentences"] == 5
+    head_grid = [g for g in stored["grid"] if g["layer"] == "alignment"]
+    assert len(head_grid) == 64 and {g["prior_weight"] for g in head_grid} == {1, 0.5, 0.25, 0}
+    assert all(g["prior_weight"] is None for g in stored["grid"] if g["layer"] != "alignment")
     forward = [g for g in stored["grid"] if g["direction"] == "forward"]
     assert stored["scores"]["dev"]["aer"] <= min(g["dev_aer"] for g in forward) + 1e-12
     assert stored["scores"]["dev"]["sentences"] == 5
@@ -246,6 +260,10 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
         "no workdir": (["--workdir", str(absent), *good], f"{absent}/config.json not found"),
         "layer range": (["--workdir", str(smoke_workdir), *good, "--layer", "3"],
                         "--layer 3: "),
+        "prior weight": (["--workdir", str(absent), *good, "--prior_weight", "2"],
+                         "--prior_weight must be in [0, 1], got 2"),
+        "prior weight, no head": (["--workdir", str(smoke_workdir), *good, "--prior_weight",
+                                   "0.5"], "--prior_weight applies to --layer alignment only"),
     }
     results = parallel("attention.align", {name: argv for name, (argv, _) in cases.items()})
     for name, result in results.items():

@@ -11,6 +11,7 @@ from configs import smoke
 from configs.model import ModelConfig
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from models.alignment_head import AlignmentHead, mixture_log_likelihood, posterior
+from models.forced_alignment import head_posterior
 from models.training import batch_loss, create_train_state, make_train_step
 from models.transformer import Transformer
 
@@ -51,7 +52,8 @@ def test_joint_matches_a_numpy_reference():
     h = embeds + hidden @ p["lexical_down"]["kernel"] + p["lexical_down"]["bias"]
     h = np_layer_norm(h, p["lexical_norm"]["scale"], p["lexical_norm"]["bias"])
     log_t = np_log_softmax(h @ p["output"]["embedding"].T + p["output_bias"])  # [B, S, V]
-    want = np.stack([log_t[b][:, targets[b]].T for b in range(2)]) + log_prior
+    log_lexical = np.stack([log_t[b][:, targets[b]].T for b in range(2)])  # [B, T, S]
+    want = log_lexical + log_prior
     np.testing.assert_allclose(got[mask], want[mask], rtol=1e-4, atol=1e-4)
     assert np.all(got[~mask] <= -1e8)
 
@@ -62,6 +64,31 @@ def test_joint_matches_a_numpy_reference():
     post = np.asarray(posterior(jnp.asarray(got)))
     np.testing.assert_allclose(post.sum(-1), 1.0, rtol=1e-6)
     assert np.all(post[~mask] == 0.0)
+
+    # Its two terms, and the posterior with the prior raised to w (prior^w x lexical,
+    # normalised) read from the joint and log prior as forced alignment records them.
+    got_prior, got_lexical = (np.asarray(t) for t in head.log_terms(
+        *map(jnp.asarray, (states, memory, embeds, targets, mask))))
+    np.testing.assert_allclose(got_prior[mask], log_prior[mask], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_lexical[mask], log_lexical[mask], rtol=1e-4, atol=1e-4)
+    for b, m in ((0, 5), (1, 3)):  # a unit keeps its real pieces' columns only
+        terms = np.stack([got[b, :, :m], got_prior[b, :, :m]])
+        for w in (1.0, 0.5, 0.0):
+            ref = np.exp(w * log_prior[b, :, :m] + log_lexical[b, :, :m])
+            ref /= ref.sum(-1, keepdims=True)
+            np.testing.assert_allclose(head_posterior(terms, w), ref, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(head_posterior(terms, 1.0), post[b, :, :m], atol=1e-6)
+
+
+def test_forward_with_alignment_returns_the_prior_in_logs():
+    model = Transformer(small_config(), rngs=nnx.Rngs(0))
+    batch = toy_batch([([5, 6, 7], [9, 8]), ([5], [10, 11, 12])])
+    _, joint, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
+                                                     batch["tgt_out"], return_weights=True)
+    prior = np.exp(np.asarray(weights["alignment_log_prior"]))  # [B, T, S]
+    np.testing.assert_allclose(prior.sum(-1), 1.0, rtol=1e-5)
+    assert np.all(prior[1, :, 2:] == 0.0)  # the second source: one piece and </s>
+    assert np.all(np.asarray(joint)[1, :, 2:] <= -1e8)
 
 
 @pytest.mark.slow
