@@ -211,7 +211,7 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
                             f"{rev_langs.target_lang}, not {langs.target_lang}->{langs.source_lang}")
     fwd, rec = _direction(workdir, stored, given, sources, targets, batch_size, max_tokens)
     links = rec.links(fwd["layer"], fwd["shift"], fwd["threshold"],
-                      prior_weight=fwd["prior_weight"] or 1.0)
+                      prior_weight=fwd["prior_weight"])
     settings = {**fwd, "symmetrize": method, "reverse": None}
     if method != "none":
         same = bool(stored_rev) and (Path(stored_rev["workdir"]).resolve()
@@ -219,7 +219,7 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
         rev, rec_rev = _direction(reverse_workdir, stored_rev if same else {}, given, targets,
                                   sources, batch_size, max_tokens)
         back = rec_rev.links(rev["layer"], rev["shift"], rev["threshold"], transpose=True,
-                             prior_weight=rev["prior_weight"] or 1.0)
+                             prior_weight=rev["prior_weight"])
         links = [symmetrize(f, b, method) for f, b in zip(links, back, strict=True)]
         settings["reverse"] = {"workdir": str(Path(reverse_workdir).resolve()), **rev}
     result = {"links": links, "settings": settings, **({"recorded": rec} if keep_recorded else {})}
@@ -261,7 +261,7 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
                        else PRIOR_WEIGHTS) if head else (None,)
             for shift, weight in itertools.product((False,) if head else (False, True), weights):
                 for threshold in (None, *THRESHOLDS):
-                    links = rec.links(layer, shift, threshold, transpose, prior_weight=weight or 1.0)
+                    links = rec.links(layer, shift, threshold, transpose, prior_weight=weight)
                     settings = {"checkpoint": str(rec.step), "layer": layer, "heads": heads,
                                 "shift": shift, "threshold": threshold, "prior_weight": weight}
                     out.append((alignment_scores(links, golds)["aer"], settings, links))
@@ -323,7 +323,7 @@ def plot_pair(result: dict, sources: Sequence[str], targets: Sequence[str],
 
     settings = result["settings"]
     matrix = result["recorded"].word_matrix(pair, settings["layer"], settings["shift"],
-                                            prior_weight=settings["prior_weight"] or 1.0)
+                                            prior_weight=settings["prior_weight"])
     sure, possible = golds[pair] if golds is not None else (None, None)
     fig = alignment_figure(matrix, targets[pair].split(), sources[pair].split(), sure=sure,
                            possible=possible, predicted=result["links"][pair],

@@ -160,21 +160,23 @@ class Recorded:
         return int(layer) % self.num_layers
 
     def links(self, layer, shift: bool, threshold: float | None,
-              transpose: bool = False, prior_weight: float = 1.0) -> list[list[Link]]:
-        """Word links per pair. The head's posterior (`head_posterior` with `prior_weight`)
-        row j already aligns y_j (no shift), and its argmax may fall on `</s>`, the NULL
-        word: that piece stays unaligned."""
+              transpose: bool = False, prior_weight: float | None = None) -> list[list[Link]]:
+        """Word links per pair. The head's posterior (`head_posterior` with `prior_weight`,
+        None = 1) row j already aligns y_j (no shift), and its argmax may fall on `</s>`,
+        the NULL word: that piece stays unaligned."""
         layer = self.layer_index(layer)
         if layer == HEAD_LAYER:
             if shift:
                 raise UserError(f"--shift does not apply to --layer {HEAD_LAYER}")
-            posteriors = [head_posterior(t, prior_weight)[None] for t in self.head]
+            weight = 1.0 if prior_weight is None else prior_weight
+            posteriors = [head_posterior(t, weight)[None] for t in self.head]
             return pair_links(self.num_pairs, self.units, posteriors, 0, False, threshold,
                               transpose, null=True)
         return pair_links(self.num_pairs, self.units, self.atts, layer, shift, threshold,
                           transpose)
 
-    def word_matrix(self, pair: int, layer, shift: bool, prior_weight: float = 1.0) -> np.ndarray:
+    def word_matrix(self, pair: int, layer, shift: bool,
+                    prior_weight: float | None = None) -> np.ndarray:
         """What `links` reads for pair `pair`, merged into words: float32 [target words,
         source words], a target word's piece rows averaged and a source word's piece
         columns summed (`</s>` left out), as `attention.plotting.alignment_matrix` does."""
@@ -184,7 +186,7 @@ class Recorded:
         unit, index = units[0], self.units.index(units[0])
         layer = self.layer_index(layer)
         if layer == HEAD_LAYER:
-            att = head_posterior(self.head[index], prior_weight)
+            att = head_posterior(self.head[index], 1.0 if prior_weight is None else prior_weight)
         else:
             att = self.atts[index].mean(axis=0) if layer == "mean" else self.atts[index][layer]
         rows = att[1:] if shift and layer != HEAD_LAYER else att[:-1]  # [n, m + 1]

@@ -157,8 +157,10 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
     # has one.
     assert backward["settings"]["prior_weight"] == 1.0
     assert align(reverse_workdir, targets, sources, prior_weight=1.0)["links"] == back
-    assert align(reverse_workdir, targets, sources, prior_weight=0.0)["settings"][
-        "prior_weight"] == 0.0
+    lexical = align(reverse_workdir, targets, sources, prior_weight=0.0, threshold=0.05)
+    assert lexical["settings"]["prior_weight"] == 0.0
+    assert lexical["links"] == rec.links("alignment", False, 0.05, prior_weight=0.0)
+    assert lexical["links"] != rec.links("alignment", False, 0.05, prior_weight=1.0)
     assert not np.allclose(rec.word_matrix(0, "alignment", False, prior_weight=0.0), matrix,
                            atol=1e-3)
     with pytest.raises(UserError, match="--prior_weight applies to --layer alignment only"):
