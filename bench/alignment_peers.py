@@ -8,7 +8,9 @@ The statistical aligners learn from the bitext attnmt learns from: the training 
 of the run's corpus (`--workdir`'s config.json; else configs/multi30k_de_en.py: the
 29,000 Multi30k train pairs, raw) followed by the N gold pairs without their links, all
 Moses-tokenized (sacremoses; the gold pairs are tokenized already and kept as they are,
-so the word indices stay the gold's) and lowercased. eflomal (`pip install eflomal`,
+so the word indices stay the gold's) and lowercased; a run that repeated the gold pairs
+in its training text (configs/align_de_en.py: 10 times) also gets the peers' rows on
+exactly that text ("(pairs xK)"). eflomal (`pip install eflomal`,
 the `bench` extra; `eflomal.Aligner(model=3)` = `eflomal-align -m 3`, IBM1 + HMM +
 fertility) aligns that file in both directions; with `--fast_align` a clab/fast_align
 binary does too (`-d -o -v`, and `-r`): no maintained pip build of it exists (the one
@@ -29,6 +31,7 @@ split that chooses attnmt's settings) and on the others. Statistical aligners sa
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import platform
 import subprocess
@@ -73,6 +76,16 @@ def training_bitext(workdir: Path | None, src_lang: str, tgt_lang: str,
     if limit > 0:
         sources, targets = sources[:limit], targets[:limit]
     return sources, targets, f"{data.dataset} train {src_lang}-{tgt_lang}"
+
+
+def strip_copies(train_src: list[str], train_tgt: list[str], sources: list[str],
+                 targets: list[str]) -> tuple[list[str], list[str], int]:
+    """The training pairs without the copies of (sources, targets) they end with (a run
+    that trained on the pairs to align, configs/align_de_en.py), and how many there were."""
+    n, copies = len(sources), 0
+    while n and len(train_src) >= n and (train_src[-n:], train_tgt[-n:]) == (sources, targets):
+        train_src, train_tgt, copies = train_src[:-n], train_tgt[:-n], copies + 1
+    return train_src, train_tgt, copies
 
 
 def moses_lowercase(lines: list[str], lang: str) -> list[str]:
@@ -135,9 +148,9 @@ def run(args: argparse.Namespace) -> dict:
     start = time.perf_counter()
     train_src, train_tgt, corpus = training_bitext(args.workdir, args.src_lang, args.tgt_lang,
                                                    args.max_train_pairs)
-    if (train_src[-n:], train_tgt[-n:]) == (sources, targets):  # the run trained on them
-        train_src, train_tgt = train_src[:-n], train_tgt[:-n]  # (configs/align_de_en.py)
-        corpus += " (its copy of the gold pairs moved to the end, once)"
+    train_src, train_tgt, copies = strip_copies(train_src, train_tgt, sources, targets)
+    if copies:
+        corpus += f" (its {copies} cop{'y' if copies == 1 else 'ies'} of the gold pairs: once, at the end)"
     src = moses_lowercase(train_src, args.src_lang) + [s.lower() for s in sources]
     tgt = moses_lowercase(train_tgt, args.tgt_lang) + [t.lower() for t in targets]
     prepare_s = time.perf_counter() - start
@@ -149,15 +162,22 @@ def run(args: argparse.Namespace) -> dict:
     peers = [("eflomal", run_eflomal)]
     if args.fast_align:
         peers.append(("fast_align", lambda *a: run_fast_align(args.fast_align, *a)))
+    # The peers on the usual protocol's text (the pairs once) and, when the run repeated
+    # them, on exactly the run's text as well.
+    texts = {"": (src, tgt)}
+    if copies > 1:
+        extra = copies - 1
+        texts[f" (pairs x{copies})"] = (src + src[-n:] * extra, tgt + tgt[-n:] * extra)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, runner in peers:
-            fwd, rev, seconds = runner(src, tgt, Path(tmp), n)
-            timing[f"{name}_s"] = seconds
-            add(f"{name} fwd", fwd)
-            add(f"{name} rev", rev)
+        for (name, runner), (label, (peer_src, peer_tgt)) in itertools.product(peers,
+                                                                               texts.items()):
+            fwd, rev, seconds = runner(peer_src, peer_tgt, Path(tmp), n)
+            timing[f"{name}{label}_s"] = seconds
+            add(f"{name}{label} fwd", fwd)
+            add(f"{name}{label} rev", rev)
             for method in SYMMETRIZE:
-                add(f"{name} {method}", [symmetrize(f, r, method)
-                                         for f, r in zip(fwd, rev, strict=True)])
+                add(f"{name}{label} {method}", [symmetrize(f, r, method)
+                                                for f, r in zip(fwd, rev, strict=True)])
     if args.workdir:
         start = time.perf_counter()
         fwd = align(args.workdir, sources, targets, symmetrize_with="none")
@@ -175,6 +195,7 @@ def run(args: argparse.Namespace) -> dict:
     return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(),
             "pairs": str(args.pairs), "gold": str(args.gold), "gold_pairs": n, "dev_pairs": DEV,
             "bitext": {"corpus": corpus, "train_pairs": len(train_src), "gold_pairs": n,
+                       "gold_copies_in_run": copies,
                        "tokenizer": "sacremoses MosesTokenizer (escape=False); gold pairs as "
                                     "given", "lowercased": True},
             "eflomal": {"version": version("eflomal"), "model": 3},

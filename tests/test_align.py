@@ -276,6 +276,19 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
     assert not absent.exists()
 
 
+def test_alignment_peers_strips_the_runs_copies_of_the_pairs():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("peers", Path("bench/alignment_peers.py"))
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    src, tgt = ["a", "b"], ["A", "B"]
+    assert peers.strip_copies(src + ["x", "y"] * 3, tgt + ["X", "Y"] * 3, ["x", "y"],
+                              ["X", "Y"]) == (src, tgt, 3)
+    assert peers.strip_copies(src, tgt, ["y"], ["other"]) == (src, tgt, 0)
+    assert peers.strip_copies(["x"], ["X"], ["x"], ["X"]) == ([], [], 1)
+
+
 def test_alignment_peers_bench(smoke_workdir, reverse_workdir, tmp_path):
     """bench/alignment_peers.py on the 10 fixture pairs and 300 training pairs: eflomal's
     rows and attnmt's, the latter equal to `align` with the same settings."""
