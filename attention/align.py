@@ -327,8 +327,8 @@ def plot_pair(result: dict, sources: Sequence[str], targets: Sequence[str],
     sure, possible = golds[pair] if golds is not None else (None, None)
     fig = alignment_figure(matrix, targets[pair].split(), sources[pair].split(), sure=sure,
                            possible=possible, predicted=result["links"][pair],
-                           title=f"pair {pair} · {describe(settings)}"
-                                 f" · symmetrize {settings['symmetrize']}",
+                           title=f"pair {pair} · {describe(settings)}\n"  # two lines fit
+                                 f"symmetrize {settings['symmetrize']}",
                            xlabel="source words (</s> left out)", ylabel="target words")
     save_png(fig, out)
 
