@@ -214,7 +214,8 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
                 extra = {name: float(sum(m[f"{name}_sum"] for m in sums) / tokens)
                          for name in ("align_nll", "rdrop_kl") if f"{name}_sum" in sums[-1]}
                 log.write(step, "train", loss=float(loss), **extra,
-                          learning_rate=float(schedule(step - 1)) * float(lr_scale or 1.0),
+                          learning_rate=float(schedule(step - 1))
+                          * (1.0 if lr_scale is None else float(lr_scale)),
                           tokens_per_sec=window_tokens / window,
                           grad_norm=float(sums[-1]["grad_norm"]), epoch=epoch,
                           compile_seconds=compile_timer.seconds,

@@ -31,8 +31,9 @@ and `--symmetrize` combines both (`attention.alignment_scoring.symmetrize`, atoo
 `AER: x precision: p recall: r` (percent, all pairs), then the same for the first
 `--dev_sentences` (100) pairs and the others, and the settings. `--select` (needs
 --gold) tries every saved checkpoint x layer (each, mean, the head with each of
-PRIOR_WEIGHTS) x shift x threshold (argmax and THRESHOLDS) on the first 100 pairs alone, with a reverse model also the symmetri-
-sations of each direction's best 5, keeps the lowest dev AER and stores it in
+PRIOR_WEIGHTS) x shift x threshold (argmax and THRESHOLDS) on the first 100 pairs
+alone, with a reverse model also the symmetrisations of each direction's best 5, keeps
+the lowest dev AER and stores it in
 `<workdir>/eval/alignment.json`. A flag not given takes that stored value, else the
 built-in default (best checkpoint, the head or else the penultimate layer, heads mean,
 no shift, argmax;
@@ -54,20 +55,27 @@ from pathlib import Path
 from absl import flags
 from absl import logging as absl_logging
 
-from attention.alignment import format_pharaoh, read_gold, read_pairs, read_sides
+from attention.align_settings import (
+    RESULT_FILE,
+    SETTING_KEYS,
+    describe,
+    parse_heads,
+    parse_layer,
+    parse_threshold,
+    stored_settings,
+)
+from attention.alignment import HEAD_LAYER, format_pharaoh, read_gold, read_pairs, read_sides
 from attention.alignment_scoring import SYMMETRIZE, alignment_scores, symmetrize
 from configs import cli
 from configs.errors import UserError
 from configs.files import prepare_output_folder, write_atomic
-from models.forced_alignment import HEAD_LAYER, Recorded
+from models.forced_alignment import Recorded
 
 FLAGS = flags.FLAGS
-RESULT_FILE = Path("eval") / "alignment.json"  # relative to the workdir
 DEV_SENTENCES = 100  # the protocol: every setting is chosen on the first 100 gold pairs
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
 PRIOR_WEIGHTS = (1.0, 0.5, 0.25, 0.0)  # the head's posterior: prior^w x lexical
 TOP_PER_DIRECTION = 5  # each direction's best settings combined by --select
-SETTING_KEYS = ("checkpoint", "layer", "heads", "shift", "threshold", "prior_weight")
 
 
 def define_flags() -> None:
@@ -93,62 +101,6 @@ def define_flags() -> None:
     flags.DEFINE_string("plot", None, "Also draw pair --plot_pair's map with its links (and "
                         "the gold ones) into this PNG.")
     flags.DEFINE_integer("plot_pair", 0, "The pair --plot draws (0-indexed).")
-
-
-# ----------------------------------------------------------------------- settings
-
-
-def stored_settings(workdir: str | Path) -> dict:
-    """The settings `--select` stored in `<workdir>/eval/alignment.json`, or {}."""
-    path = Path(workdir) / RESULT_FILE
-    if not path.is_file():
-        return {}
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))["settings"]
-        if not isinstance(settings, dict):
-            raise TypeError
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
-        raise UserError(f"{path}: not an alignment settings file (run --select again or "
-                        "delete it)") from None
-    return settings
-
-
-def parse_layer(text: str) -> int | str:
-    if text in ("mean", HEAD_LAYER):
-        return text
-    if text.lstrip("-").isdigit():
-        return int(text)
-    raise UserError(f"--layer must be an index, 'mean' or '{HEAD_LAYER}', got {text!r}")
-
-
-def parse_heads(text: str) -> str | tuple[int, ...]:
-    try:
-        return "mean" if text == "mean" else tuple(int(h) for h in text.split(","))
-    except ValueError:
-        raise UserError(f"--heads must be 'mean' or indices like 0,2, got {text!r}") from None
-
-
-def parse_threshold(text: str) -> float | str:
-    """"argmax" stays, "0.3" -> 0.3 (in (0, 1])."""
-    if text == "argmax":
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 < value <= 1.0:
-        raise UserError(f"--threshold must be 'argmax' or a number in (0, 1], got {text!r}")
-    return value
-
-
-def describe(settings: dict) -> str:
-    """One line naming a direction's settings."""
-    rule = "argmax" if settings["threshold"] is None else f"threshold {settings['threshold']}"
-    heads = settings["heads"] if settings["heads"] == "mean" else ",".join(map(str, settings["heads"]))
-    weight = settings.get("prior_weight")
-    return (f"checkpoint {settings['checkpoint']}, layer {settings['layer']}, heads {heads}, "
-            f"{rule}{', shift' if settings['shift'] else ''}"
-            f"{'' if weight is None else f', prior weight {weight:g}'}")
 
 
 # ----------------------------------------------------------------------- the two functions
@@ -257,8 +209,12 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
         rec = Recorded(workdir, step, src, tgt, heads, batch_size, max_tokens)
         for layer in rec.layers:
             head = layer == HEAD_LAYER
-            weights = ((given.get("prior_weight"),) if given.get("prior_weight") is not None
-                       else PRIOR_WEIGHTS) if head else (None,)
+            if not head:
+                weights = (None,)  # only the head has a prior to weigh
+            elif given.get("prior_weight") is not None:
+                weights = (given["prior_weight"],)
+            else:
+                weights = PRIOR_WEIGHTS
             for shift, weight in itertools.product((False,) if head else (False, True), weights):
                 for threshold in (None, *THRESHOLDS):
                     links = rec.links(layer, shift, threshold, transpose, prior_weight=weight)

@@ -48,6 +48,9 @@ from attention.mapfile import AttentionMaps
 from configs.errors import UserError
 from configs.files import require_file
 
+# The `layer` that reads a model's alignment head (models/alignment_head.py) instead of
+# its cross-attention (models/forced_alignment.py, attention/align.py).
+HEAD_LAYER = "alignment"
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a new whitespace word
 SPECIAL_TOKENS = frozenset({"<s>", "</s>", "<pad>", ""})
 

@@ -11,9 +11,9 @@ import ml_collections
 
 # data.dataset values; each has a loader in data/corpora.py.
 DATASETS = ("multi30k", "tatoeba", "text", "hf")
-# train.schedule values (models/training.py); after a linear warmup in each case.
 # SentencePiece normalisation rules offered (data.spm_normalization); the first is its default.
 NORMALIZATIONS = ("nmt_nfkc", "nmt_nfkc_cf")
+# train.schedule values (models/training.py); after a linear warmup in each case.
 SCHEDULES = ("inverse_sqrt", "cosine", "constant", "cosine_budget")
 
 

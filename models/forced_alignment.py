@@ -17,13 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from attention.alignment import Link, Unit, make_units, pair_links
+from attention.alignment import HEAD_LAYER, Link, Unit, make_units, pair_links
 from configs import cli
 from configs.errors import UserError
 
 MAX_TOKENS = 1024  # pieces (with </s> or <s>) per side of one forced-decoding unit
 PAD_MULTIPLE = 16  # unit lengths are padded to a multiple: fewer shapes to compile
-HEAD_LAYER = "alignment"  # the `layer` that reads the alignment head's posterior
 
 
 def _groups(units: Sequence[Unit], batch_size: int):
@@ -65,9 +64,9 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
     Returns (per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
     y_0..y_{n-1}), source column (m pieces, then </s>); per unit float32 [2, n + 1, m + 1]:
     joint and log prior, row j for target piece y_j (row n: </s>), column i for source
-    piece i (column m: </s>, the NULL word), or None without a head). Units go in batches of similar length,
-    padded to a multiple of PAD_MULTIPLE, at most `limit` (padding is masked: the rows of
-    the real tokens are the same).
+    piece i (column m: </s>, the NULL word), or None without a head). Units go in batches
+    of similar length, padded to a multiple of PAD_MULTIPLE, at most `limit` (padding is
+    masked: the rows of the real tokens are the same).
     """
     import jax
     from flax import nnx
@@ -143,6 +142,7 @@ class Recorded:
         self.units = make_units(tokenizer, sources, targets, limit)
         self.atts, self.head = record(loaded.model, self.units, heads, batch_size, limit)
         self.has_head = self.head is not None
+        self._posteriors: dict[float, list[np.ndarray]] = {}  # head_posteriors, per weight
         self.layers = [*range(self.num_layers), "mean", *([HEAD_LAYER] if self.has_head else [])]
 
     def layer_index(self, layer: int | str) -> int | str:
@@ -168,12 +168,19 @@ class Recorded:
         if layer == HEAD_LAYER:
             if shift:
                 raise UserError(f"--shift does not apply to --layer {HEAD_LAYER}")
-            weight = 1.0 if prior_weight is None else prior_weight
-            posteriors = [head_posterior(t, weight)[None] for t in self.head]
+            posteriors = [p[None] for p in self.head_posteriors(prior_weight)]
             return pair_links(self.num_pairs, self.units, posteriors, 0, False, threshold,
                               transpose, null=True)
         return pair_links(self.num_pairs, self.units, self.atts, layer, shift, threshold,
                           transpose)
+
+    def head_posteriors(self, prior_weight: float | None = None) -> list[np.ndarray]:
+        """Per unit, the head's posterior `head_posterior(terms, prior_weight)` (None = 1),
+        computed once per weight: `--select` reads each weight at every threshold."""
+        weight = 1.0 if prior_weight is None else float(prior_weight)
+        if weight not in self._posteriors:
+            self._posteriors[weight] = [head_posterior(t, weight) for t in self.head]
+        return self._posteriors[weight]
 
     def word_matrix(self, pair: int, layer, shift: bool,
                     prior_weight: float | None = None) -> np.ndarray:
@@ -186,7 +193,7 @@ class Recorded:
         unit, index = units[0], self.units.index(units[0])
         layer = self.layer_index(layer)
         if layer == HEAD_LAYER:
-            att = head_posterior(self.head[index], 1.0 if prior_weight is None else prior_weight)
+            att = self.head_posteriors(prior_weight)[index]
         else:
             att = self.atts[index].mean(axis=0) if layer == "mean" else self.atts[index][layer]
         rows = att[1:] if shift and layer != HEAD_LAYER else att[:-1]  # [n, m + 1]

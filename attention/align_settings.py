@@ -1,0 +1,73 @@
+"""The settings of a word-alignment reading (attention/align.py): what `--select` stores
+in `<workdir>/eval/alignment.json`, the flags' text parsed into them, and one line
+naming them.
+
+A direction's settings are a dict over SETTING_KEYS: checkpoint (a step, as text),
+layer (a decoder layer index, "mean" or HEAD_LAYER), heads ("mean" or a tuple of
+indices), shift (bool), threshold (None = argmax, else a float in (0, 1]) and
+prior_weight (the head's, in [0, 1]; None for a layer).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from attention.alignment import HEAD_LAYER
+from configs.errors import UserError
+
+RESULT_FILE = Path("eval") / "alignment.json"  # relative to the workdir
+SETTING_KEYS = ("checkpoint", "layer", "heads", "shift", "threshold", "prior_weight")
+
+
+def stored_settings(workdir: str | Path) -> dict:
+    """The settings `--select` stored in `<workdir>/eval/alignment.json`, or {}."""
+    path = Path(workdir) / RESULT_FILE
+    if not path.is_file():
+        return {}
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))["settings"]
+        if not isinstance(settings, dict):
+            raise TypeError
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        raise UserError(f"{path}: not an alignment settings file (run --select again or "
+                        "delete it)") from None
+    return settings
+
+
+def parse_layer(text: str) -> int | str:
+    if text in ("mean", HEAD_LAYER):
+        return text
+    if text.lstrip("-").isdigit():
+        return int(text)
+    raise UserError(f"--layer must be an index, 'mean' or '{HEAD_LAYER}', got {text!r}")
+
+
+def parse_heads(text: str) -> str | tuple[int, ...]:
+    try:
+        return "mean" if text == "mean" else tuple(int(h) for h in text.split(","))
+    except ValueError:
+        raise UserError(f"--heads must be 'mean' or indices like 0,2, got {text!r}") from None
+
+
+def parse_threshold(text: str) -> float | str:
+    """"argmax" stays, "0.3" -> 0.3 (in (0, 1])."""
+    if text == "argmax":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise UserError(f"--threshold must be 'argmax' or a number in (0, 1], got {text!r}")
+    return value
+
+
+def describe(settings: dict) -> str:
+    """One line naming a direction's settings."""
+    rule = "argmax" if settings["threshold"] is None else f"threshold {settings['threshold']}"
+    heads = settings["heads"] if settings["heads"] == "mean" else ",".join(map(str, settings["heads"]))
+    weight = settings.get("prior_weight")
+    return (f"checkpoint {settings['checkpoint']}, layer {settings['layer']}, heads {heads}, "
+            f"{rule}{', shift' if settings['shift'] else ''}"
+            f"{'' if weight is None else f', prior weight {weight:g}'}")
