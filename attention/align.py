@@ -19,10 +19,12 @@ decoder layer `--layer` (or the mean of all), averaged over `--heads`; the row w
 target piece is predicted, or with `--shift` where it is the decoder input (Chen et al.
 2020); argmax, or every source piece with a weight >= `--threshold`. A model trained
 with `model.alignment_head` (models/alignment_head.py) also offers `--layer alignment`:
-its mixture's posterior p(source piece | x, y_<=j), which sees the target piece itself
-(no shift applies); it is the default for such a model. `--prior_weight W` (0 to 1,
-default 1) raises the head's prior attention to W in that posterior: 0 reads the lexical
-table alone (IBM model 1's reading), for a prior that has not learned where to look yet
+its posterior p(source piece | x, y), which sees the target piece itself (no shift
+applies): the mixture's, or with `model.alignment_jumps` the HMM's forward-backward
+marginals, which see the whole target; it is the default for such a model.
+`--prior_weight W` (0 to 1, default 1) raises the head's prior attention (its
+transitions) to W in that posterior: 0 reads the lexical table alone (IBM model 1's
+reading), for a prior that has not learned where to look yet
 (`models.forced_alignment.head_posterior`).
 `--reverse_workdir` adds a model of the opposite direction (its links are transposed)
 and `--symmetrize` combines both (`attention.alignment_scoring.symmetrize`, atools' order).

@@ -83,6 +83,7 @@ def get_config() -> ml_collections.ConfigDict:
     model.attention_impl = "auto"
     model.embedding_grad = "auto"  # configs/model.py documents every model field
     model.alignment_head = False  # word-alignment mixture (models/alignment_head.py)
+    model.alignment_jumps = False  # ... whose prior is an HMM over source positions
 
     config.train = train = ml_collections.ConfigDict()
     train.num_steps = 20000

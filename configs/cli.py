@@ -261,6 +261,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if data.spm_sampling_alpha and not 2 <= data.spm_nbest_size <= 1024:
         raise UserError(f"data.spm_nbest_size must be 2 to 1024 with sampling on, got "
                         f"{data.spm_nbest_size}")
+    if config.model.alignment_jumps and not config.model.alignment_head:
+        raise UserError("model.alignment_jumps needs model.alignment_head=True")
+    if config.model.alignment_jumps and data.pack_length:
+        raise UserError("model.alignment_jumps needs data.pack_length=0: its chain would run "
+                        "across the pairs packed into one row")
     if config.model.share_embeddings and not data.joint_vocab:
         raise UserError("model.share_embeddings needs one joint vocabulary (data.joint_vocab=True)")
     # The model's own checks (sizes, divisibility, choices), before any file is written.

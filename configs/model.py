@@ -51,6 +51,9 @@ class ModelConfig:
     # A word-alignment mixture trained beside translation on stop-gradient inputs
     # (models/alignment_head.py); off, the model and its parameters are unchanged.
     alignment_head: bool = False
+    # The head's prior as an HMM over source positions: learned jump-width biases
+    # (models/alignment_head.py); needs alignment_head.
+    alignment_jumps: bool = False
 
     @classmethod
     def from_config(cls, model: Mapping[str, Any], *, src_vocab_size: int,

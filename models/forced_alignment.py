@@ -1,7 +1,6 @@
 """Forced decoding of a bitext for word alignment: every pair teacher-forced through a
 trained run, its cross-attention (and, when the model has one, its alignment head's
-joint and prior in logs) kept per forced-decoding unit, then read into word links for
-any setting.
+terms in logs) kept per forced-decoding unit, then read into word links for any setting.
 
     rec = Recorded("runs/align_de_en", "best", sources, targets)
     links = rec.links(layer="alignment", shift=False, threshold=None)   # N sorted lists
@@ -14,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,36 +35,42 @@ def _groups(units: Sequence[Unit], batch_size: int):
                          cost=lambda longest, rows: rows * 2 * (longest + PAD_MULTIPLE) ** 2)
 
 
+class HeadTerms(NamedTuple):
+    """What the alignment head said about one forced-decoding unit: rows j (target piece
+    y_j; row n: </s>), columns i (source piece i; column m: </s>, the NULL word)."""
+
+    log_prior: np.ndarray  # float32 [n + 1, m + 1]: log a(i | x, y_<j)
+    log_lexical: np.ndarray  # float32 [n + 1, m + 1]: log t(y_j | x_i)
+    transition_bias: np.ndarray | None  # float32 [m + 2, m + 1] with alignment_jumps
+
+
 @functools.cache
 def _forced_fn(with_head: bool):
     """The jitted (graphdef [static], state, src, tgt_in, tgt_out) -> (cross-attention
-    [L, B, H, T, S], the head's joint and log prior [2, B, T, S] or None); built on first
-    use, so importing this module does not load JAX."""
+    [L, B, H, T, S], the head's terms {name: [B, T, S] or [B, S + 1, S]} or None); built on
+    first use, so importing this module does not load JAX."""
     import jax
-    import jax.numpy as jnp
     from flax import nnx
 
     def fn(graphdef, state, src, tgt_in, tgt_out):
         model = nnx.merge(graphdef, state)
         if not with_head:
             return model(src, tgt_in, return_weights=True)[1]["cross"], None
-        _, joint, weights = model.forward_with_alignment(src, tgt_in, tgt_out,
-                                                         return_weights=True)
-        return weights["cross"], jnp.stack([joint, weights["alignment_log_prior"]])
+        _, _, weights = model.forward_with_alignment(src, tgt_in, tgt_out, return_weights=True)
+        return weights["cross"], {name: weights[f"alignment_{name}"] for name in HeadTerms._fields
+                                  if f"alignment_{name}" in weights}
 
     return jax.jit(fn, static_argnums=0)
 
 
 def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size: int,
-           limit: int = MAX_TOKENS) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+           limit: int = MAX_TOKENS) -> tuple[list[np.ndarray], list[HeadTerms] | None]:
     """One teacher-forced pass over every unit: its cross-attention averaged over `heads`
-    and, for a model with an alignment head, the head's joint log a(i | ..) + log t(y_j |
-    x_i) and log prior log a(i | ..) (models/alignment_head.py).
+    and, for a model with an alignment head, the head's terms (models/alignment_head.py).
 
     Returns (per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
-    y_0..y_{n-1}), source column (m pieces, then </s>); per unit float32 [2, n + 1, m + 1]:
-    joint and log prior, row j for target piece y_j (row n: </s>), column i for source
-    piece i (column m: </s>, the NULL word), or None without a head). Units go in batches
+    y_0..y_{n-1}), source column (m pieces, then </s>); per unit `HeadTerms`, or None
+    without a head). Units go in batches
     of similar length, padded to a multiple of PAD_MULTIPLE, at most `limit` (padding is
     masked: the rows of the real tokens are the same).
     """
@@ -76,7 +82,7 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
     graphdef, state = nnx.split(model)
     with_head = model.alignment_head is not None
     atts: list = [None] * len(units)
-    head_terms: list | None = [None] * len(units) if with_head else None
+    head_terms: list[HeadTerms] | None = [None] * len(units) if with_head else None
     head_index = slice(None) if heads == "mean" else list(heads)
     for group in _groups(units, batch_size):
         longest = max(max(len(units[i].src), len(units[i].tgt)) + 1 for i in group)
@@ -94,23 +100,46 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
             atts[i] = np.asarray(cross[:, row][:, head_index, : n + 1, : m + 1],
                                  np.float32).mean(axis=1)
             if with_head:
-                head_terms[i] = np.asarray(terms[:, row, : n + 1, : m + 1], np.float32)
+                bias = terms.get("transition_bias")
+                head_terms[i] = HeadTerms(
+                    *(np.asarray(terms[name][row, : n + 1, : m + 1], np.float32)
+                      for name in ("log_prior", "log_lexical")),
+                    None if bias is None else np.asarray(bias[row, : m + 2, : m + 1], np.float32))
     return atts, head_terms
 
 
-def head_posterior(terms: np.ndarray, prior_weight: float = 1.0) -> np.ndarray:
-    """The alignment head's posterior with its prior raised to `prior_weight`:
-    p(i | x, y_<=j) proportional to a(i | x, y_<j)^w t(y_j | x_i). w = 1 is the model's own
-    posterior; w = 0 drops the prior (IBM model 1's reading: each target piece goes to the
-    source piece that best translates it); in between trusts the learned prior less.
+def head_posterior(terms: HeadTerms, prior_weight: float = 1.0) -> np.ndarray:
+    """The alignment head's posterior p(i | x, y) with its prior raised to `prior_weight`
+    w. For the mixture, p(i | x, y_<=j) proportional to a(i | x, y_<j)^w t(y_j | x_i); for
+    the HMM (`terms.transition_bias`), the forward-backward marginals of the chain whose
+    transitions are raised to w (`models.alignment_head.hmm_log_likelihood`): it reads the
+    whole target, so later pieces move earlier links. w = 1 is the model's own posterior;
+    w = 0 drops the prior (IBM model 1's reading: each target piece goes to the source
+    piece that best translates it); in between trusts the learned prior less.
 
-    terms: float32 [2, n + 1, m + 1], the joint and log prior `record` keeps for a unit.
     Returns float32 [n + 1, m + 1], rows summing to 1.
     """
-    joint, log_prior = terms
-    scores = joint + (prior_weight - 1.0) * log_prior
-    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return (scores / scores.sum(axis=-1, keepdims=True)).astype(np.float32)
+    from scipy.special import log_softmax, logsumexp
+
+    if terms.transition_bias is None:
+        return np.exp(log_softmax(terms.log_lexical + prior_weight * terms.log_prior,
+                                  axis=-1)).astype(np.float32)
+    lexical = terms.log_lexical.astype(np.float64)
+    # [rows, from (start, then each piece), to]
+    moves = log_softmax(prior_weight * (terms.log_prior[:, None, :] + terms.transition_bias),
+                        axis=-1)
+    forward = np.empty_like(lexical)  # log p(i_j = i, y_<=j) / p(y_<=j)
+    before = np.r_[0.0, np.full(lexical.shape[1], -np.inf)]  # the chain's start
+    for j in range(len(lexical)):
+        row = logsumexp(before[:, None] + moves[j], axis=0) + lexical[j]
+        forward[j] = row - logsumexp(row)
+        before = np.r_[-np.inf, forward[j]]
+    marginals, after = forward.copy(), np.zeros(lexical.shape[1])  # log p(y_>j | i_j = i), scaled
+    for j in range(len(lexical) - 2, -1, -1):
+        after = logsumexp(moves[j + 1][1:] + (lexical[j + 1] + after)[None, :], axis=1)
+        after -= after.max()
+        marginals[j] = forward[j] + after
+    return np.exp(log_softmax(marginals, axis=-1)).astype(np.float32)
 
 
 class Recorded:

@@ -32,7 +32,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from configs.base import SCHEDULES
 from configs.model import ModelConfig
 from data.tokenizer import PAD_ID
-from models.alignment_head import mixture_log_likelihood
 from models.transformer import Transformer
 
 PACKING_KEYS = ("src_segments", "tgt_segments", "src_positions", "tgt_positions")
@@ -172,9 +171,9 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
     with_head = model.alignment_head is not None and head_mask is None
     if with_head:
-        logits, joint, _ = model.forward_with_alignment(batch["src"], batch["tgt_in"],
-                                                     batch["tgt_out"], dropout_rng=dropout_rng,
-                                                     **packing)
+        logits, head_ll, _ = model.forward_with_alignment(batch["src"], batch["tgt_in"],
+                                                       batch["tgt_out"],
+                                                       dropout_rng=dropout_rng, **packing)
     else:
         logits, _ = model(batch["src"], batch["tgt_in"], dropout_rng=dropout_rng,
                           head_mask=head_mask, **packing)
@@ -189,7 +188,7 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
         sums["rdrop_kl_sum"] = symmetric_kl_sum(logits[:half], logits[half:], weights[:half])
         total = total + rdrop_alpha * sums["rdrop_kl_sum"]
     if with_head:
-        sums["align_nll_sum"] = -jnp.sum(mixture_log_likelihood(joint) * weights)
+        sums["align_nll_sum"] = -jnp.sum(head_ll * weights)
         total = total + sums["align_nll_sum"]
     return total / jnp.maximum(tokens, 1.0), sums
 

@@ -30,8 +30,8 @@ from flax import nnx
 from attention import CrossKV, KVCache, segment_mask
 from attention.dropout import dropout
 from configs.model import ModelConfig
-from data.tokenizer import PAD_ID
-from models.alignment_head import AlignmentHead, joint_from_terms
+from data.tokenizer import EOS_ID, PAD_ID
+from models.alignment_head import AlignmentHead
 from models.layers import DecoderLayer, Embeddings, EncoderLayer, layer_norm, split_rng
 
 
@@ -181,16 +181,17 @@ class Transformer(nnx.Module):
     def forward_with_alignment(self, src, tgt_in, tgt_out, *, src_segments=None,
                                tgt_segments=None, src_positions=None, tgt_positions=None,
                                dropout_rng=None, return_weights: bool = False):
-        """The training pass plus the alignment head's joint scores (needs alignment_head).
+        """The training pass plus the alignment head's likelihood (needs alignment_head).
 
         src: int32 [B, S]; tgt_in, tgt_out: int32 [B, T] (decoder input and the pieces its
         rows predict); packing arguments as in `__call__`. Returns (logits float32
-        [B, T, V], joint float32 [B, T, S]: log prior + log lexical of piece i for row j,
-        models/alignment_head.py, masked cells hold NEG_INF; the weights of `__call__`
-        with return_weights, plus "alignment_log_prior": the log of the head's prior
-        attention, log a(i | x, y_<j), float32 [B, T, S] (kept in logs: a posterior that
-        weights the prior differently is read from it and the joint without underflow),
-        else None).
+        [B, T, V], the head's log p(y_j | x, y_<j) float32 [B, T] (models/alignment_head.py;
+        rows past a target's end are to be weighted 0), the weights of `__call__` with
+        return_weights plus the head's terms -- "alignment_log_prior" log a(i | x, y_<j)
+        and "alignment_log_lexical" log t(y_j | x_i), float32 [B, T, S] (NEG_INF where
+        masked; kept in logs, so a posterior that weights the prior differently is read
+        without underflow), and with model.alignment_jumps "alignment_transition_bias"
+        [B, S + 1, S] (`AlignmentHead.transition_bias`) -- else None).
         """
         enc_rng, dec_rng = split_rng(dropout_rng, 2)
         memory, src_valid, enc_w = self.encode(src, segments=src_segments,
@@ -204,11 +205,16 @@ class Transformer(nnx.Module):
         else:
             mask = segment_mask(tgt_segments, src_segments)[:, 0]
         rows = self.source_embed.tokens.embedding[...][src] * self.source_embed.d_model**0.5
-        log_prior, log_lexical = self.alignment_head.log_terms(states, memory, rows, tgt_out, mask)
-        joint = joint_from_terms(log_prior, log_lexical, mask)
+        head = self.alignment_head
+        log_prior, log_lexical = head.log_terms(states, memory, rows, tgt_out, mask)
+        null = src == EOS_ID
+        log_likelihood = head.log_likelihood(log_prior, log_lexical, mask, null)
         if return_weights:
-            weights = {"encoder_self": enc_w, **weights, "alignment_log_prior": log_prior}
-        return self.target_embed.logits(states), joint, weights
+            weights = {"encoder_self": enc_w, **weights, "alignment_log_prior": log_prior,
+                       "alignment_log_lexical": log_lexical}
+            if head.jump is not None:
+                weights["alignment_transition_bias"] = head.transition_bias(null)
+        return self.target_embed.logits(states), log_likelihood, weights
 
     def init_decode_state(self, memory, src_valid, max_length: int) -> DecodeState:
         """Empty self-attention caches for `max_length` steps and the projected memory.

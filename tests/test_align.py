@@ -28,12 +28,14 @@ SCORE = r"precision: (\d+\.\d\d) recall: (\d+\.\d\d)"
 
 @pytest.fixture(scope="module")
 def reverse_workdir(tmp_path_factory) -> Path:
-    """The smoke config trained en->de (40 steps, ~20 s) with an alignment head, so the
-    tests read both the cross-attention (de->en) and the head's posterior (en->de)."""
+    """The smoke config trained en->de (40 steps, ~20 s) with an alignment head (its HMM
+    form, model.alignment_jumps), so the tests read both the cross-attention (de->en)
+    and the head's posterior (en->de)."""
     workdir = tmp_path_factory.mktemp("smoke_en_de") / "run"
     result = run_script("train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
                         "--config.data.source_lang=en", "--config.data.target_lang=de",
-                        "--config.model.alignment_head=True")
+                        "--config.model.alignment_head=True",
+                        "--config.model.alignment_jumps=True")
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 

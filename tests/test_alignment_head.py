@@ -11,7 +11,7 @@ from configs import smoke
 from configs.model import ModelConfig
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from models.alignment_head import AlignmentHead, mixture_log_likelihood, posterior
-from models.forced_alignment import head_posterior
+from models.forced_alignment import HeadTerms, head_posterior
 from models.training import batch_loss, create_train_state, make_train_step
 from models.transformer import Transformer
 
@@ -72,7 +72,7 @@ def test_joint_matches_a_numpy_reference():
     np.testing.assert_allclose(got_prior[mask], log_prior[mask], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got_lexical[mask], log_lexical[mask], rtol=1e-4, atol=1e-4)
     for b, m in ((0, 5), (1, 3)):  # a unit keeps its real pieces' columns only
-        terms = np.stack([got[b, :, :m], got_prior[b, :, :m]])
+        terms = HeadTerms(got_prior[b, :, :m], got_lexical[b, :, :m], None)
         for w in (1.0, 0.5, 0.0):
             ref = np.exp(w * log_prior[b, :, :m] + log_lexical[b, :, :m])
             ref /= ref.sum(-1, keepdims=True)
@@ -80,15 +80,18 @@ def test_joint_matches_a_numpy_reference():
         np.testing.assert_allclose(head_posterior(terms, 1.0), post[b, :, :m], atol=1e-6)
 
 
-def test_forward_with_alignment_returns_the_prior_in_logs():
+def test_forward_with_alignment_returns_the_terms_in_logs():
     model = Transformer(small_config(), rngs=nnx.Rngs(0))
     batch = toy_batch([([5, 6, 7], [9, 8]), ([5], [10, 11, 12])])
-    _, joint, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
-                                                     batch["tgt_out"], return_weights=True)
+    _, log_lik, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
+                                                       batch["tgt_out"], return_weights=True)
     prior = np.exp(np.asarray(weights["alignment_log_prior"]))  # [B, T, S]
     np.testing.assert_allclose(prior.sum(-1), 1.0, rtol=1e-5)
     assert np.all(prior[1, :, 2:] == 0.0)  # the second source: one piece and </s>
-    assert np.all(np.asarray(joint)[1, :, 2:] <= -1e8)
+    lexical = np.asarray(weights["alignment_log_lexical"])
+    assert np.all(lexical[1, :, 2:] <= -1e8) and "alignment_transition_bias" not in weights
+    want = np.log((prior * np.exp(np.minimum(lexical, 0))).sum(-1))  # the mixture's
+    np.testing.assert_allclose(np.asarray(log_lik), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -153,7 +156,9 @@ def test_the_head_learns_a_known_alignment():
     test = toy_bitext(np.random.default_rng(1), 64)
     batch = toy_batch(test)
     model = nnx.merge(graphdef, state["params"])
-    _, joint, _ = model.forward_with_alignment(batch["src"], batch["tgt_in"], batch["tgt_out"])
+    _, _, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
+                                                 batch["tgt_out"], return_weights=True)
+    joint = weights["alignment_log_prior"] + weights["alignment_log_lexical"]
     best = np.asarray(jnp.argmax(posterior(joint), axis=-1))
     right = total = 0
     for r, (a, _) in enumerate(test):

@@ -221,6 +221,13 @@ def test_validate_config_errors():
     cfg.model.embedding_grad = "sorted"
     with pytest.raises(UserError, match="model.embedding_grad must be one of auto, scatter, one_hot"):
         cli.validate_config(cfg)
+    cfg = base.get_config()
+    cfg.model.alignment_jumps = True
+    with pytest.raises(UserError, match="model.alignment_jumps needs model.alignment_head=True"):
+        cli.validate_config(cfg)
+    cfg.model.alignment_head, cfg.data.pack_length = True, 256
+    with pytest.raises(UserError, match="model.alignment_jumps needs data.pack_length=0"):
+        cli.validate_config(cfg)
 
 
 def test_main_guard_describes_os_errors_on_paths(capsys, monkeypatch):
