@@ -2,7 +2,7 @@
 attnmt's cross-attention links, on the same gold pairs, scored in the same run.
 
     python bench/alignment_peers.py [--pairs P] [--gold G] [--workdir W
-        [--reverse_workdir W2]] [--fast_align BIN] [--json OUT]
+        [--reverse_workdir W2]] [--fast_align BIN] [--eflomal_stages] [--json OUT]
 
 The statistical aligners learn from the bitext attnmt learns from: the training split
 of the run's corpus (`--workdir`'s config.json; else configs/multi30k_de_en.py: the
@@ -21,7 +21,9 @@ returns only its own symmetrised links). Building it takes seconds:
 pairs' links; both directions are combined with attnmt's `symmetrize` and scored with
 its `alignment_scores`. With `--workdir` (and `--reverse_workdir`) the same table gets
 attnmt's rows from `attention.align.align` with the run's stored (`--select`) or
-default settings, computed in this run.
+default settings, computed in this run. `--eflomal_stages` adds eflomal's first stages
+on the usual text ("eflomal -m 1", IBM model 1 alone; "eflomal -m 2", + the HMM): what
+each of its models adds, beside attnmt's lexical table and prior.
 
 Columns: AER / precision / recall (percent) on all N pairs, on the first 100 (the dev
 split that chooses attnmt's settings) and on the others. Statistical aligners sample
@@ -31,6 +33,7 @@ split that chooses attnmt's settings) and on the others. Statistical aligners sa
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import platform
@@ -103,12 +106,13 @@ def read_links(path: Path, last: int) -> list[list[tuple[int, int]]]:
     return links[len(links) - last:]
 
 
-def run_eflomal(src: list[str], tgt: list[str], folder: Path, last: int) -> tuple:
-    """eflomal -m 3 both directions: (forward links, reverse links, seconds)."""
+def run_eflomal(src: list[str], tgt: list[str], folder: Path, last: int,
+                model: int = 3) -> tuple:
+    """eflomal -m `model` both directions: (forward links, reverse links, seconds)."""
     from eflomal import Aligner
 
     start = time.perf_counter()
-    Aligner(model=3).align(src, tgt, links_filename_fwd=str(folder / "eflomal.fwd"),
+    Aligner(model=model).align(src, tgt, links_filename_fwd=str(folder / "eflomal.fwd"),
                            links_filename_rev=str(folder / "eflomal.rev"))
     seconds = time.perf_counter() - start
     return read_links(folder / "eflomal.fwd", last), read_links(folder / "eflomal.rev", last), seconds
@@ -168,9 +172,12 @@ def run(args: argparse.Namespace) -> dict:
     if copies > 1:
         extra = copies - 1
         texts[f" (pairs x{copies})"] = (src + src[-n:] * extra, tgt + tgt[-n:] * extra)
+    runs = list(itertools.product(peers, texts.items()))
+    if args.eflomal_stages:
+        runs += [((f"eflomal -m {model}", functools.partial(run_eflomal, model=model)),
+                  ("", texts[""])) for model in (1, 2)]
     with tempfile.TemporaryDirectory() as tmp:
-        for (name, runner), (label, (peer_src, peer_tgt)) in itertools.product(peers,
-                                                                               texts.items()):
+        for (name, runner), (label, (peer_src, peer_tgt)) in runs:
             fwd, rev, seconds = runner(peer_src, peer_tgt, Path(tmp), n)
             timing[f"{name}{label}_s"] = seconds
             add(f"{name}{label} fwd", fwd)
@@ -234,6 +241,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "training corpus for the peers")
     parser.add_argument("--reverse_workdir", type=Path, help="an attnmt run tgt->src")
     parser.add_argument("--fast_align", type=Path, help="a clab/fast_align binary (optional)")
+    parser.add_argument("--eflomal_stages", action="store_true",
+                        help="also eflomal -m 1 (IBM1) and -m 2 (+HMM) on the usual text")
     parser.add_argument("--max_train_pairs", type=int, default=0,
                         help="only the first N training pairs (quick checks) [0 = all]")
     parser.add_argument("--json", type=Path, help="write the result as JSON here")

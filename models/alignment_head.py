@@ -49,6 +49,12 @@ from configs.model import ModelConfig
 
 NEG_INF = -1e9  # added to masked logits; finite, so fully masked (padding) rows stay NaN-free
 MAX_JUMP = 16  # the HMM's jump widths, in pieces; longer jumps share the bias of +-MAX_JUMP
+# The jump biases are JUMP_SCALE x their parameters: a handful of shared scalars whose
+# natural size is several nats (log p(jump)), which Adam moves by about the learning rate
+# per step -- unscaled, they had moved 0.03 after 250 steps (lr 3e-3 peak), while the
+# neural prior's logits, which the same steps move in hundreds of weights together, had
+# already decided everything.
+JUMP_SCALE = 10.0
 
 
 class AlignmentHead(nnx.Module):
@@ -119,16 +125,18 @@ class AlignmentHead(nnx.Module):
         null: bool [B, S], True at each source's `</s>` (the NULL word). Returns float32
         [B, S + 1, S]: row 0 scores the first target piece's position as a jump from just
         before piece 0, row 1 + i' a jump from piece i'; into NULL `null_jump`, out of NULL
-        0 (the prior alone decides).
+        0 (the prior alone decides); all times JUMP_SCALE.
         """
         if self.jump is None:
             return None
         width = null.shape[1]
         jumps = jnp.arange(width)[None, :] - jnp.arange(-1, width)[:, None]  # [S + 1, S]
-        bias = self.jump[...].astype(jnp.float32)[jnp.clip(jumps, -MAX_JUMP, MAX_JUMP) + MAX_JUMP]
+        table = JUMP_SCALE * self.jump[...].astype(jnp.float32)
+        bias = table[jnp.clip(jumps, -MAX_JUMP, MAX_JUMP) + MAX_JUMP]
         from_null = jnp.pad(null, ((0, 0), (1, 0)))  # [B, S + 1]: row 0 is the start
         bias = jnp.where(from_null[:, :, None], 0.0, bias[None])
-        return jnp.where(null[:, None, :], self.null_jump[...].astype(jnp.float32), bias)
+        return jnp.where(null[:, None, :], JUMP_SCALE * self.null_jump[...].astype(jnp.float32),
+                         bias)
 
     def log_likelihood(self, log_prior: jnp.ndarray, log_lexical: jnp.ndarray,
                        mask: jnp.ndarray, null: jnp.ndarray) -> jnp.ndarray:

@@ -298,12 +298,14 @@ def test_alignment_peers_bench(smoke_workdir, reverse_workdir, tmp_path):
     out = tmp_path / "peers.json"
     result = run_script("bench/alignment_peers.py", "--pairs", str(PAIRS), "--gold", str(GOLD),
                         "--workdir", str(smoke_workdir), "--reverse_workdir",
-                        str(reverse_workdir), "--max_train_pairs", "300", "--json", str(out))
+                        str(reverse_workdir), "--max_train_pairs", "300", "--eflomal_stages",
+                        "--json", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
+    readings = ["fwd", "rev", "grow-diag-final-and", "intersect", "union"]
     assert [r["method"] for r in data["rows"]] == [
-        "eflomal fwd", "eflomal rev", "eflomal grow-diag-final-and", "eflomal intersect",
-        "eflomal union", "attnmt fwd", "attnmt rev", "attnmt grow-diag-final-and"]
+        *(f"eflomal{stage} {m}" for stage in ("", " -m 1", " -m 2") for m in readings),
+        "attnmt fwd", "attnmt rev", "attnmt grow-diag-final-and"]
     assert data["bitext"]["train_pairs"] == 300 and data["gold_pairs"] == 10
     rows = {r["method"]: r for r in data["rows"]}
     for row in rows.values():  # 10 pairs: no dev / test split

@@ -12,6 +12,7 @@ from flax import nnx
 from configs import smoke
 from configs.model import ModelConfig
 from models.alignment_head import (
+    JUMP_SCALE,
     MAX_JUMP,
     AlignmentHead,
     hmm_log_likelihood,
@@ -28,14 +29,15 @@ def jump_head(seed: int = 0) -> AlignmentHead:
                          alignment_head=True, alignment_jumps=True)
     head = AlignmentHead(config, rngs=nnx.Rngs(seed))
     rng = np.random.default_rng(seed)
-    head.jump.value = jnp.asarray(rng.normal(size=2 * MAX_JUMP + 1), jnp.float32)
-    head.null_jump.value = jnp.asarray(-1.5, jnp.float32)
+    head.jump.value = jnp.asarray(rng.normal(size=2 * MAX_JUMP + 1) / JUMP_SCALE, jnp.float32)
+    head.null_jump.value = jnp.asarray(-0.15, jnp.float32)
     return head
 
 
 def test_transition_bias_reads_jump_widths_and_null():
     head = jump_head()
-    jump, null_jump = np.asarray(head.jump.value), float(head.null_jump.value)
+    jump, null_jump = (JUMP_SCALE * np.asarray(head.jump.value),
+                       JUMP_SCALE * float(head.null_jump.value))
     null = np.zeros((1, 40), bool)
     null[0, 30] = True  # </s> after 30 pieces; the rest is padding
     bias = np.asarray(head.transition_bias(jnp.asarray(null)))[0]  # [41, 40]
