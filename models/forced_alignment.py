@@ -119,27 +119,30 @@ def head_posterior(terms: HeadTerms, prior_weight: float = 1.0) -> np.ndarray:
 
     Returns float32 [n + 1, m + 1], rows summing to 1.
     """
-    from scipy.special import log_softmax, logsumexp
+    from scipy.special import log_softmax
 
     if terms.transition_bias is None:
         return np.exp(log_softmax(terms.log_lexical + prior_weight * terms.log_prior,
                                   axis=-1)).astype(np.float32)
+    # In probabilities, each row rescaled (the marginals are normalised per row anyway):
+    # small matrix products, not a logsumexp per cell.
     lexical = terms.log_lexical.astype(np.float64)
-    # [rows, from (start, then each piece), to]
-    moves = log_softmax(prior_weight * (terms.log_prior[:, None, :] + terms.transition_bias),
-                        axis=-1)
-    forward = np.empty_like(lexical)  # log p(i_j = i, y_<=j) / p(y_<=j)
-    before = np.r_[0.0, np.full(lexical.shape[1], -np.inf)]  # the chain's start
+    lexical = np.exp(lexical - lexical.max(axis=-1, keepdims=True))  # [rows, to]
+    # [rows, from (the start, then each piece), to], rows summing to 1
+    moves = np.exp(log_softmax(prior_weight * (terms.log_prior[:, None, :].astype(np.float64)
+                                               + terms.transition_bias), axis=-1))
+    forward = np.empty_like(lexical)  # p(i_j = i | y_<=j)
+    before = np.eye(1, lexical.shape[1] + 1)[0]  # the chain's start
     for j in range(len(lexical)):
-        row = logsumexp(before[:, None] + moves[j], axis=0) + lexical[j]
-        forward[j] = row - logsumexp(row)
-        before = np.r_[-np.inf, forward[j]]
-    marginals, after = forward.copy(), np.zeros(lexical.shape[1])  # log p(y_>j | i_j = i), scaled
+        row = (before @ moves[j]) * lexical[j]
+        forward[j] = row / row.sum()
+        before[0], before[1:] = 0.0, forward[j]
+    marginals, after = forward.copy(), np.ones(lexical.shape[1])  # p(y_>j | i_j = i), scaled
     for j in range(len(lexical) - 2, -1, -1):
-        after = logsumexp(moves[j + 1][1:] + (lexical[j + 1] + after)[None, :], axis=1)
-        after -= after.max()
-        marginals[j] = forward[j] + after
-    return np.exp(log_softmax(marginals, axis=-1)).astype(np.float32)
+        after = moves[j + 1][1:] @ (lexical[j + 1] * after)
+        after /= after.max()
+        marginals[j] = forward[j] * after
+    return (marginals / marginals.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
 class Recorded:
