@@ -102,6 +102,9 @@ def get_config() -> ml_collections.ConfigDict:
     # R-Drop (Liang et al. 2021): weight of the symmetric KL between two dropout passes of
     # each batch (0 = off; their IWSLT De-En setting is 5). Doubles a step's compute.
     train.rdrop_alpha = 0.0
+    # An alignment head's prior weight ramps 0 -> 1 over these steps (0 = always 1): it
+    # trains as IBM model 1 first, as statistical aligners do (models/training.py).
+    train.align_prior_ramp_steps = 0
     train.log_every_steps = 50
     train.patience = 0  # stop after this many evals without a better BLEU (0 = off)
     train.max_minutes = 0.0  # stop after this much training time (0 = off)

@@ -242,6 +242,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                 "train.batch_tokens": (config.train.batch_tokens, 1),
                 "train.num_steps": (config.train.num_steps, 1),
                 "train.rdrop_alpha": (config.train.rdrop_alpha, 0),
+                "train.align_prior_ramp_steps": (config.train.align_prior_ramp_steps, 0),
                 "eval.beam_size": (config.eval.beam_size, 1),
                 "eval.batch_size": (config.eval.batch_size, 1),
                 "checkpoint.every_steps": (config.checkpoint.every_steps, 1)}

@@ -139,14 +139,17 @@ class AlignmentHead(nnx.Module):
                          bias)
 
     def log_likelihood(self, log_prior: jnp.ndarray, log_lexical: jnp.ndarray,
-                       mask: jnp.ndarray, null: jnp.ndarray) -> jnp.ndarray:
+                       mask: jnp.ndarray, null: jnp.ndarray,
+                       prior_weight: float | jnp.ndarray = 1.0) -> jnp.ndarray:
         """log p(y_j | x, y_<j) per target row: float32 [B, T] -- the mixture's, or the
-        HMM's with `alignment_jumps`. Arguments as `log_terms` returns and takes them;
-        null as in `transition_bias`."""
+        HMM's with `alignment_jumps`, with the prior (the transitions) raised to
+        `prior_weight` and renormalised (0: uniform, IBM model 1). Arguments as
+        `log_terms` returns and takes them; null as in `transition_bias`."""
         bias = self.transition_bias(null)
         if bias is None:
+            log_prior = jax.nn.log_softmax(jnp.where(mask, prior_weight * log_prior, NEG_INF))
             return mixture_log_likelihood(joint_from_terms(log_prior, log_lexical, mask))
-        return hmm_log_likelihood(log_prior, log_lexical, bias, mask)
+        return hmm_log_likelihood(log_prior, log_lexical, bias, mask, prior_weight)
 
 
 def joint_from_terms(log_prior: jnp.ndarray, log_lexical: jnp.ndarray,

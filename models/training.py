@@ -147,7 +147,8 @@ def symmetric_kl_sum(logits_p: jnp.ndarray, logits_q: jnp.ndarray,
 
 
 def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_rng=None,
-               head_mask: dict | None = None, rdrop_alpha: float = 0.0):
+               head_mask: dict | None = None, rdrop_alpha: float = 0.0,
+               align_prior_weight: float | jax.Array = 1.0):
     """Mean loss over non-pad target tokens.
 
     batch: {"src": [B, S], "tgt_in": [B, T], "tgt_out": [B, T]} int32, plus the segments and
@@ -164,16 +165,17 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     A model with an alignment head (models/alignment_head.py) adds the head's negative
     log-likelihood to the loss it returns and "align_nll_sum" to the sums; "loss_sum" and
     "nll_sum" stay the translation's. The head's inputs are stop-gradient, so the
-    translation parameters get the same gradient as without it.
+    translation parameters get the same gradient as without it. `align_prior_weight` w
+    raises its prior to w (0: uniform, IBM model 1; `train.align_prior_ramp_steps`).
     """
     if rdrop_alpha:
         batch = {k: jnp.concatenate([v, v]) for k, v in batch.items()}
     packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
     with_head = model.alignment_head is not None and head_mask is None
     if with_head:
-        logits, head_ll, _ = model.forward_with_alignment(batch["src"], batch["tgt_in"],
-                                                       batch["tgt_out"],
-                                                       dropout_rng=dropout_rng, **packing)
+        logits, head_ll, _ = model.forward_with_alignment(
+            batch["src"], batch["tgt_in"], batch["tgt_out"], dropout_rng=dropout_rng,
+            prior_weight=align_prior_weight, **packing)
     else:
         logits, _ = model(batch["src"], batch["tgt_in"], dropout_rng=dropout_rng,
                           head_mask=head_mask, **packing)
@@ -208,14 +210,17 @@ def make_train_step(graphdef: nnx.GraphDef, cfg_train,
     """
     base_key = jax.random.key(cfg_train.seed)
     optimizer = optimizer or build_optimizer(cfg_train)
+    ramp = cfg_train.get("align_prior_ramp_steps", 0)  # configs from before the key: none
 
     def step_fn(state: dict, batch: dict, lr_scale: jax.Array | None = None):
         dropout_rng = jax.random.fold_in(base_key, state["step"])
+        prior_weight = jnp.minimum(1.0, state["step"] / ramp) if ramp else 1.0
 
         def loss_fn(params):
             model = nnx.merge(graphdef, params)
             return batch_loss(model, batch, cfg_train.label_smoothing, dropout_rng,
-                              rdrop_alpha=cfg_train.rdrop_alpha)
+                              rdrop_alpha=cfg_train.rdrop_alpha,
+                              align_prior_weight=prior_weight)
 
         (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         grad_norm = optax.global_norm(grads)

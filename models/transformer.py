@@ -180,11 +180,13 @@ class Transformer(nnx.Module):
 
     def forward_with_alignment(self, src, tgt_in, tgt_out, *, src_segments=None,
                                tgt_segments=None, src_positions=None, tgt_positions=None,
-                               dropout_rng=None, return_weights: bool = False):
+                               dropout_rng=None, return_weights: bool = False,
+                               prior_weight: float | jnp.ndarray = 1.0):
         """The training pass plus the alignment head's likelihood (needs alignment_head).
 
         src: int32 [B, S]; tgt_in, tgt_out: int32 [B, T] (decoder input and the pieces its
-        rows predict); packing arguments as in `__call__`. Returns (logits float32
+        rows predict); packing arguments as in `__call__`; prior_weight as in
+        `AlignmentHead.log_likelihood` (1: the model's own). Returns (logits float32
         [B, T, V], the head's log p(y_j | x, y_<j) float32 [B, T] (models/alignment_head.py;
         rows past a target's end are to be weighted 0), the weights of `__call__` with
         return_weights plus the head's terms -- "alignment_log_prior" log a(i | x, y_<j)
@@ -208,7 +210,7 @@ class Transformer(nnx.Module):
         head = self.alignment_head
         log_prior, log_lexical = head.log_terms(states, memory, rows, tgt_out, mask)
         null = src == EOS_ID
-        log_likelihood = head.log_likelihood(log_prior, log_lexical, mask, null)
+        log_likelihood = head.log_likelihood(log_prior, log_lexical, mask, null, prior_weight)
         if return_weights:
             weights = {"encoder_self": enc_w, **weights, "alignment_log_prior": log_prior,
                        "alignment_log_lexical": log_lexical}

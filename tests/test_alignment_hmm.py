@@ -162,3 +162,52 @@ def test_the_chain_learns_the_toy_reversal_and_its_jump():
         right += sum(int(best[j] == n - 1 - j) for j in range(n))
         total += n
     assert right / total > 0.95, right / total
+
+
+@pytest.mark.parametrize("jumps", [False, True])
+def test_prior_weight_zero_is_ibm_model_1_and_the_ramp_starts_there(jumps):
+    """With the prior raised to 0 the head's likelihood is IBM model 1's (the mean of the
+    lexical table over the source pieces), its prior and jumps get no gradient, and a
+    train step with `align_prior_ramp_steps` uses that weight at step 0."""
+    import jax
+
+    from models.training import batch_loss
+    from models.transformer import Transformer
+    from tests.test_alignment_head import small_config, toy_batch
+
+    model = Transformer(small_config(alignment_jumps=jumps, dropout=0.0), rngs=nnx.Rngs(0))
+    batch = toy_batch([([5, 6, 7], [9, 8]), ([5], [10, 11, 12])])
+    _, log_lik, weights = model.forward_with_alignment(
+        batch["src"], batch["tgt_in"], batch["tgt_out"], return_weights=True, prior_weight=0.0)
+    lexical = np.exp(np.minimum(np.asarray(weights["alignment_log_lexical"]), 0.0))
+    cols = (batch["src"] != 0).sum(-1)[:, None]
+    np.testing.assert_allclose(np.asarray(log_lik), np.log(lexical.sum(-1) / cols), rtol=1e-5)
+
+    graphdef, params = nnx.split(model, nnx.Param)
+    params = params.to_pure_dict()
+
+    def loss(p, weight):
+        return batch_loss(nnx.merge(graphdef, p), batch, 0.0, align_prior_weight=weight)
+
+    for weight, prior_moves in ((0.0, False), (0.5, True)):
+        (_, sums), grads = jax.value_and_grad(loss, has_aux=True)(params, weight)
+        head = grads["alignment_head"]
+        prior_grads = [head["query"]["kernel"], head["key"]["kernel"],
+                       *([head["jump"]] if jumps else [])]
+        assert all(bool(jnp.any(g != 0)) == prior_moves for g in prior_grads), weight
+        assert bool(jnp.any(head["lexical_up"]["kernel"] != 0))
+        if weight == 0.0:
+            ibm1 = float(sums["align_nll_sum"])
+
+    cfg = smoke.get_config()
+    cfg.model.update(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
+                     num_decoder_layers=1, alignment_head=True, alignment_jumps=jumps,
+                     dropout=0.0)
+    cfg.train.align_prior_ramp_steps = 4
+    graphdef, state = create_train_state(cfg, 40, 40)
+    model = nnx.merge(graphdef, state["params"])
+    want = float(batch_loss(model, batch, cfg.train.label_smoothing,
+                            align_prior_weight=0.0)[1]["align_nll_sum"])
+    _, metrics = make_train_step(graphdef, cfg.train)(state, batch)
+    assert float(metrics["align_nll_sum"]) == pytest.approx(want, rel=1e-5)
+    assert ibm1 > 0
