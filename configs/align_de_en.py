@@ -27,16 +27,17 @@ with room for Europarl-length sentences (the gold pairs have up to 40 words, ~70
 pieces a side): max_length 160, learned nothing position-specific (sinusoidal), an
 8,000-piece vocabulary that case-folds (`data.spm_normalization = "nmt_nfkc_cf"`: the
 aligners' lowercasing, done by the tokenizer, so `attention.align` takes text as it is), plus
-the alignment head (models/alignment_head.py: a mixture of a prior attention and a
-lexical table, read as a posterior with `--layer alignment`), whose stop-gradient
-inputs leave the translation model as it is without it. About 1.9 s per step on the
-2-core development machine on 2026-11-25 (the head costs ~40% of that); the same command
-resumes across sessions.
+the alignment head (models/alignment_head.py: a prior attention and a lexical table, the
+prior an HMM over source positions with learned jump-width biases, read as a posterior
+with `--layer alignment`), whose stop-gradient inputs leave the translation model as it
+is without it. About 2.1-2.2 s per step on the 2-core development machine on 2026-11-25
+(the head costs ~45% of that); the same command resumes across sessions.
 
-Expected (README, Word alignment; 2026-11-25, one run, 2-core CPU): the head's AER on all
-508 gold pairs 60.4 at step 1,000 and 53.0 at step 2,290 (1 h 42 min) with the settings
-`--select` chose; eflomal on the usual text: 35.1 symmetrised. Cost of the full 8,000
-steps: ~4 h 15 min on that CPU.
+Expected (README, Word alignment; 2026-11-25, one run each, 2-core CPU): the HMM head's
+AER on all 508 gold pairs 52.2 at step 1,000 and 46.4 at step 2,047 (1 h 40 min) with the
+settings `--select` chose (the mixture head without jumps: 60.4 and 53.0 at 2,290);
+eflomal on the usual text: 35.1 symmetrised. Cost of the full 8,000 steps: ~5 h on that
+CPU.
 """
 
 import ml_collections
