@@ -141,12 +141,12 @@ def toy_batch(pairs) -> dict:
     return batch
 
 
-@pytest.mark.slow
-def test_the_head_learns_a_known_alignment():
-    """Trained on the toy bitext, the posterior's argmax finds the reversed links (the
-    lexical table alone decides them: every word occurs once per sentence)."""
+def trained_on_toy_reversal(jumps: bool = False):
+    """A small model with an alignment head (an HMM with `jumps`) trained 300 steps on the
+    toy bitext: (model, 64 new test pairs, forward_with_alignment's weights on them)."""
     cfg = smoke.get_config()
-    cfg.model.update(d_model=32, num_heads=2, d_ff=64, alignment_head=True, dropout=0.0)
+    cfg.model.update(d_model=32, num_heads=2, d_ff=64, alignment_head=True,
+                     alignment_jumps=jumps, dropout=0.0)
     cfg.train.update(learning_rate=3e-3, warmup_steps=20)
     graphdef, state = create_train_state(cfg, 40, 40)
     step = make_train_step(graphdef, cfg.train)
@@ -158,6 +158,14 @@ def test_the_head_learns_a_known_alignment():
     model = nnx.merge(graphdef, state["params"])
     _, _, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
                                                  batch["tgt_out"], return_weights=True)
+    return model, test, weights
+
+
+@pytest.mark.slow
+def test_the_head_learns_a_known_alignment():
+    """Trained on the toy bitext, the posterior's argmax finds the reversed links (the
+    lexical table alone decides them: every word occurs once per sentence)."""
+    _, test, weights = trained_on_toy_reversal()
     joint = weights["alignment_log_prior"] + weights["alignment_log_lexical"]
     best = np.asarray(jnp.argmax(posterior(joint), axis=-1))
     right = total = 0

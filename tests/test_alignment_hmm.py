@@ -134,24 +134,11 @@ def test_the_chain_learns_the_toy_reversal_and_its_jump():
     """Trained on the reversed word-for-word toy bitext, the HMM's posterior finds the
     links, and its most likely jump is -1 (each target word links one source word to
     the left of the previous one's)."""
-    from tests.test_alignment_head import toy_batch, toy_bitext
+    from tests.test_alignment_head import trained_on_toy_reversal
 
-    cfg = smoke.get_config()
-    cfg.model.update(d_model=32, num_heads=2, d_ff=64, alignment_head=True,
-                     alignment_jumps=True, dropout=0.0)
-    cfg.train.update(learning_rate=3e-3, warmup_steps=20)
-    graphdef, state = create_train_state(cfg, 40, 40)
-    step = make_train_step(graphdef, cfg.train)
-    rng = np.random.default_rng(0)
-    for _ in range(300):
-        state, _ = step(state, toy_batch(toy_bitext(rng, 32)))
-    model = nnx.merge(graphdef, state["params"])
+    model, test, weights = trained_on_toy_reversal(jumps=True)
     jump = np.asarray(model.alignment_head.jump.value)
     assert int(np.argmax(jump[1:-1])) + 1 - MAX_JUMP == -1, jump
-    test = toy_bitext(np.random.default_rng(1), 64)
-    batch = toy_batch(test)
-    _, _, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
-                                                 batch["tgt_out"], return_weights=True)
     right = total = 0
     for r, (a, _) in enumerate(test):
         n = len(a)
