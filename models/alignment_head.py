@@ -138,19 +138,6 @@ class AlignmentHead(nnx.Module):
         return jnp.where(null[:, None, :], JUMP_SCALE * self.null_jump[...].astype(jnp.float32),
                          bias)
 
-    def log_likelihood(self, log_prior: jnp.ndarray, log_lexical: jnp.ndarray,
-                       mask: jnp.ndarray, null: jnp.ndarray,
-                       prior_weight: float | jnp.ndarray = 1.0) -> jnp.ndarray:
-        """log p(y_j | x, y_<j) per target row: float32 [B, T] -- the mixture's, or the
-        HMM's with `alignment_jumps`, with the prior (the transitions) raised to
-        `prior_weight` and renormalised (0: uniform, IBM model 1). Arguments as
-        `log_terms` returns and takes them; null as in `transition_bias`."""
-        bias = self.transition_bias(null)
-        if bias is None:
-            log_prior = jax.nn.log_softmax(jnp.where(mask, prior_weight * log_prior, NEG_INF))
-            return mixture_log_likelihood(joint_from_terms(log_prior, log_lexical, mask))
-        return hmm_log_likelihood(log_prior, log_lexical, bias, mask, prior_weight)
-
 
 def joint_from_terms(log_prior: jnp.ndarray, log_lexical: jnp.ndarray,
                      mask: jnp.ndarray) -> jnp.ndarray:
@@ -168,8 +155,21 @@ def posterior(joint: jnp.ndarray) -> jnp.ndarray:
     return jax.nn.softmax(joint, axis=-1)
 
 
+def head_log_likelihood(log_prior: jnp.ndarray, log_lexical: jnp.ndarray, mask: jnp.ndarray,
+                        bias: jnp.ndarray | None,
+                        prior_weight: float | jnp.ndarray = 1.0) -> jnp.ndarray:
+    """log p(y_j | x, y_<j) per target row: float32 [B, T] -- the mixture's (bias None), or
+    the HMM's with `AlignmentHead.transition_bias`, with the prior (the transitions) raised
+    to `prior_weight` and renormalised (0: uniform, IBM model 1). The terms as
+    `AlignmentHead.log_terms` returns them, mask as it takes it."""
+    if bias is None:
+        log_prior = jax.nn.log_softmax(jnp.where(mask, prior_weight * log_prior, NEG_INF))
+        return mixture_log_likelihood(joint_from_terms(log_prior, log_lexical, mask))
+    return hmm_log_likelihood(log_prior, log_lexical, bias, mask, prior_weight)
+
+
 def hmm_log_likelihood(log_prior: jnp.ndarray, log_lexical: jnp.ndarray, bias: jnp.ndarray,
-                       mask: jnp.ndarray, prior_weight: float = 1.0) -> jnp.ndarray:
+                       mask: jnp.ndarray, prior_weight: float | jnp.ndarray = 1.0) -> jnp.ndarray:
     """The HMM's log p(y_j | x, y_<j) per target row by the forward algorithm: [B, T].
 
     log_prior, log_lexical: float32 [B, T, S] (`AlignmentHead.log_terms`); bias: [B, S + 1,

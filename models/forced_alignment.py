@@ -70,9 +70,9 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
 
     Returns (per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
     y_0..y_{n-1}), source column (m pieces, then </s>); per unit `HeadTerms`, or None
-    without a head). Units go in batches
-    of similar length, padded to a multiple of PAD_MULTIPLE, at most `limit` (padding is
-    masked: the rows of the real tokens are the same).
+    without a head). Units go in batches of similar length, padded to a multiple of
+    PAD_MULTIPLE, at most `limit` (padding is masked: the rows of the real tokens are the
+    same).
     """
     import jax
     from flax import nnx

@@ -31,7 +31,7 @@ from attention import CrossKV, KVCache, segment_mask
 from attention.dropout import dropout
 from configs.model import ModelConfig
 from data.tokenizer import EOS_ID, PAD_ID
-from models.alignment_head import AlignmentHead
+from models.alignment_head import AlignmentHead, head_log_likelihood
 from models.layers import DecoderLayer, Embeddings, EncoderLayer, layer_norm, split_rng
 
 
@@ -186,7 +186,7 @@ class Transformer(nnx.Module):
 
         src: int32 [B, S]; tgt_in, tgt_out: int32 [B, T] (decoder input and the pieces its
         rows predict); packing arguments as in `__call__`; prior_weight as in
-        `AlignmentHead.log_likelihood` (1: the model's own). Returns (logits float32
+        `models.alignment_head.head_log_likelihood` (1: the model's own). Returns (logits float32
         [B, T, V], the head's log p(y_j | x, y_<j) float32 [B, T] (models/alignment_head.py;
         rows past a target's end are to be weighted 0), the weights of `__call__` with
         return_weights plus the head's terms -- "alignment_log_prior" log a(i | x, y_<j)
@@ -209,13 +209,13 @@ class Transformer(nnx.Module):
         rows = self.source_embed.tokens.embedding[...][src] * self.source_embed.d_model**0.5
         head = self.alignment_head
         log_prior, log_lexical = head.log_terms(states, memory, rows, tgt_out, mask)
-        null = src == EOS_ID
-        log_likelihood = head.log_likelihood(log_prior, log_lexical, mask, null, prior_weight)
+        bias = head.transition_bias(src == EOS_ID)  # None for the mixture
+        log_likelihood = head_log_likelihood(log_prior, log_lexical, mask, bias, prior_weight)
         if return_weights:
             weights = {"encoder_self": enc_w, **weights, "alignment_log_prior": log_prior,
                        "alignment_log_lexical": log_lexical}
-            if head.jump is not None:
-                weights["alignment_transition_bias"] = head.transition_bias(null)
+            if bias is not None:
+                weights["alignment_transition_bias"] = bias
         return self.target_embed.logits(states), log_likelihood, weights
 
     def init_decode_state(self, memory, src_valid, max_length: int) -> DecodeState:
