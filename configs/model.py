@@ -54,6 +54,9 @@ class ModelConfig:
     # The head's prior as an HMM over source positions: learned jump-width biases
     # (models/alignment_head.py); needs alignment_head.
     alignment_jumps: bool = False
+    # False: the HMM's transitions are the jump biases alone (a classical HMM aligner with
+    # a neural lexical table); True adds the prior attention from the decoder state.
+    alignment_attention_prior: bool = True
 
     @classmethod
     def from_config(cls, model: Mapping[str, Any], *, src_vocab_size: int,

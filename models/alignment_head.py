@@ -68,9 +68,12 @@ class AlignmentHead(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d = config.d_model
         kw = dict(param_dtype=jnp.dtype(config.param_dtype), rngs=rngs)
-        self.query_norm = nnx.LayerNorm(d, epsilon=1e-6, **kw)
-        self.query = nnx.Linear(d, d, **kw)
-        self.key = nnx.Linear(d, d, **kw)
+        # The prior attention (None with alignment_attention_prior=False: a uniform prior,
+        # the jump biases alone moving the chain, as in the classical HMM aligners).
+        attention = config.alignment_attention_prior
+        self.query_norm = nnx.LayerNorm(d, epsilon=1e-6, **kw) if attention else None
+        self.query = nnx.Linear(d, d, **kw) if attention else None
+        self.key = nnx.Linear(d, d, **kw) if attention else None
         self.lexical_up = nnx.Linear(d, config.d_ff, **kw)
         self.lexical_down = nnx.Linear(config.d_ff, d, **kw)
         self.lexical_norm = nnx.LayerNorm(d, epsilon=1e-6, **kw)
@@ -95,14 +98,17 @@ class AlignmentHead(nnx.Module):
         token rows of the source (no positions); targets: int [B, T]; mask: bool
         [B, T, S], True where row j may link to piece i. All float inputs are taken as
         constants (stop_gradient). Returns two float32 [B, T, S], NEG_INF where masked
-        (the prior's rows sum to 1 over the unmasked pieces).
+        (the prior's rows sum to 1 over the unmasked pieces; uniform without the prior
+        attention, when decoder_states and memory are not read).
         """
-        decoder_states, memory, source_embeddings = (
-            jax.lax.stop_gradient(x.astype(jnp.float32))
-            for x in (decoder_states, memory, source_embeddings))
-        q = self.query(self.query_norm(decoder_states))  # [B, T, D]
-        k = self.key(memory)  # [B, S, D]
-        prior = jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(q.shape[-1])
+        source_embeddings = jax.lax.stop_gradient(source_embeddings.astype(jnp.float32))
+        if self.query is None:  # no prior attention: uniform over the unmasked pieces
+            prior = jnp.zeros(mask.shape, jnp.float32)
+        else:
+            q = self.query(self.query_norm(jax.lax.stop_gradient(
+                decoder_states.astype(jnp.float32))))  # [B, T, D]
+            k = self.key(jax.lax.stop_gradient(memory.astype(jnp.float32)))  # [B, S, D]
+            prior = jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(q.shape[-1])
         log_prior = jax.nn.log_softmax(jnp.where(mask, prior, NEG_INF), axis=-1)
 
         h = source_embeddings + self.lexical_down(jax.nn.relu(self.lexical_up(source_embeddings)))

@@ -130,15 +130,19 @@ def test_padding_rows_do_not_change_the_rows_before_them():
 
 
 @pytest.mark.slow
-def test_the_chain_learns_the_toy_reversal_and_its_jump():
+@pytest.mark.parametrize("attention_prior", [True, False])
+def test_the_chain_learns_the_toy_reversal_and_its_jump(attention_prior):
     """Trained on the reversed word-for-word toy bitext, the HMM's posterior finds the
     links, and its most likely jump is -1 (each target word links one source word to
-    the left of the previous one's)."""
+    the left of the previous one's) -- with the prior attention, and with the jump biases
+    alone moving the chain (a classical HMM with a neural lexical table)."""
     from tests.test_alignment_head import trained_on_toy_reversal
 
-    model, test, weights = trained_on_toy_reversal(jumps=True)
+    model, test, weights = trained_on_toy_reversal(jumps=True, attention_prior=attention_prior)
     jump = np.asarray(model.alignment_head.jump.value)
-    assert int(np.argmax(jump[1:-1])) + 1 - MAX_JUMP == -1, jump
+    # among the short jumps (the chain's start, from before piece 0 to the last source
+    # word, is a jump of +3..+7 here, and scored by the same table)
+    assert int(np.argmax(jump[MAX_JUMP - 2: MAX_JUMP + 3])) - 2 == -1, jump
     right = total = 0
     for r, (a, _) in enumerate(test):
         n = len(a)
@@ -149,6 +153,26 @@ def test_the_chain_learns_the_toy_reversal_and_its_jump():
         right += sum(int(best[j] == n - 1 - j) for j in range(n))
         total += n
     assert right / total > 0.95, right / total
+
+
+def test_without_the_prior_attention_the_prior_is_uniform_and_has_no_parameters():
+    """model.alignment_attention_prior=False: no query / key parameters, log a(i) =
+    -log(source length) on every row, and the jump biases still move the chain."""
+    from models.transformer import Transformer
+    from tests.test_alignment_head import small_config, toy_batch
+
+    model = Transformer(small_config(alignment_jumps=True, alignment_attention_prior=False,
+                                     dropout=0.0), rngs=nnx.Rngs(0))
+    head = model.alignment_head
+    assert head.query is None and head.key is None and head.query_norm is None
+    batch = toy_batch([([5, 6, 7], [9, 8]), ([5], [10, 11, 12])])
+    _, _, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
+                                                 batch["tgt_out"], return_weights=True)
+    cols = np.asarray((batch["src"] != 0).sum(-1))  # pieces + </s>
+    log_prior = np.asarray(weights["alignment_log_prior"])
+    for b, m in enumerate(cols):
+        np.testing.assert_allclose(log_prior[b, :, :m], -np.log(m), rtol=1e-6)
+    assert "alignment_transition_bias" in weights
 
 
 @pytest.mark.parametrize("jumps", [False, True])

@@ -228,6 +228,11 @@ def test_validate_config_errors():
     cfg.model.alignment_head, cfg.data.pack_length = True, 256
     with pytest.raises(UserError, match="model.alignment_jumps needs data.pack_length=0"):
         cli.validate_config(cfg)
+    cfg = base.get_config()
+    cfg.model.alignment_head, cfg.model.alignment_attention_prior = True, False
+    with pytest.raises(UserError, match="alignment_attention_prior=False needs "
+                                        "model.alignment_jumps=True"):
+        cli.validate_config(cfg)
 
 
 def test_main_guard_describes_os_errors_on_paths(capsys, monkeypatch):
