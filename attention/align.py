@@ -3,7 +3,7 @@
     python -m attention.align --workdir W (--pairs FILE | --source F --target F)
         [--gold gold.talp] [--reverse_workdir W2] [--symmetrize grow-diag-final-and|
         intersect|union|none] [--layer L|mean|alignment] [--heads mean|0,2] [--[no]shift]
-        [--threshold argmax|X] [--prior_weight W] [--checkpoint best|last|STEP] [--select]
+        [--[no]words] [--threshold argmax|X] [--prior_weight W] [--checkpoint best|last|STEP] [--select]
         [--plot PNG [--plot_pair K]]
 
 stdout: one Pharaoh line per input pair, in order, nothing dropped: 0-indexed `i-j`
@@ -26,15 +26,20 @@ marginals, which see the whole target; it is the default for such a model.
 transitions) to W in that posterior: 0 reads the lexical table alone (IBM model 1's
 reading), for a prior that has not learned where to look yet
 (`models.forced_alignment.head_posterior`).
+`--words` merges the map into words first (a target word's piece rows averaged, a
+source word's piece columns summed) and reads that, instead of merging the pieces' links.
 `--reverse_workdir` adds a model of the opposite direction (its links are transposed)
-and `--symmetrize` combines both (`attention.alignment_scoring.symmetrize`, atools' order).
+and `--symmetrize` combines both (`attention.alignment_scoring.symmetrize`, atools' order);
+without a reverse model, `--symmetrize` combines one map's argmax rows with its columns
+(each source word's most likely target word: the map read the other way).
 
 `--gold F` (TALP, 1-indexed, sure `i-j` / possible `ipj`) only scores: stderr gets
 `AER: x precision: p recall: r` (percent, all pairs), then the same for the first
 `--dev_sentences` (100) pairs and the others, and the settings. `--select` (needs
 --gold) tries every saved checkpoint x layer (each, mean, the head with each of
-PRIOR_WEIGHTS) x shift x threshold (argmax and THRESHOLDS) on the first 100 pairs
-alone, with a reverse model also the symmetrisations of each direction's best 5, keeps
+PRIOR_WEIGHTS) x shift x piece or word map x threshold (argmax and THRESHOLDS) and the
+argmax rows with the columns (each symmetrisation) on the first 100 pairs alone, with a
+reverse model also the symmetrisations of each direction's best 5, keeps
 the lowest dev AER and stores it in
 `<workdir>/eval/alignment.json`. A flag not given takes that stored value, else the
 built-in default (best checkpoint, the head or else the penultimate layer, heads mean,
@@ -88,11 +93,14 @@ def define_flags() -> None:
     flags.DEFINE_string("target", None, "Target sentences, one per line (with --source).")
     flags.DEFINE_string("gold", None, "Gold links (.talp) to score against; links unchanged.")
     flags.DEFINE_string("reverse_workdir", None, "A run of the opposite direction.")
-    flags.DEFINE_enum("symmetrize", None, [*SYMMETRIZE, "none"], "How to combine directions.")
+    flags.DEFINE_enum("symmetrize", None, [*SYMMETRIZE, "none"], "How to combine directions "
+                      "(without --reverse_workdir: the map's rows with its columns).")
     flags.DEFINE_string("layer", None, "Decoder layer (negative from the end), mean, or "
                         f"{HEAD_LAYER} (the model's alignment head).")
     flags.DEFINE_string("heads", None, "mean, or comma-separated head indices to average.")
     flags.DEFINE_bool("shift", None, "Read the row where the target word is the input.")
+    flags.DEFINE_bool("words", None, "Merge the map into words before reading it (else "
+                      "each piece's links are merged).")
     flags.DEFINE_string("threshold", None, "argmax, or link every weight >= this number.")
     flags.DEFINE_float("prior_weight", None, "--layer alignment: the head's prior raised to "
                        "this (0 to 1) in its posterior; 0 = lexical table alone.")
@@ -113,7 +121,7 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
     s = {k: given[k] if given.get(k) is not None else stored.get(k) for k in SETTING_KEYS}
     s["checkpoint"] = s["checkpoint"] or "best"
     s["heads"] = "mean" if s["heads"] in (None, "mean") else tuple(s["heads"])
-    s["shift"] = bool(s["shift"])
+    s["shift"], s["words"] = bool(s["shift"]), bool(s["words"])
     s["threshold"] = None if given.get("threshold") == "argmax" else s["threshold"]
     rec = Recorded(workdir, s["checkpoint"], sources, targets, s["heads"], batch_size, max_tokens)
     s["checkpoint"] = str(rec.step)
@@ -140,8 +148,10 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
       workdir: a trained run whose source language is the sources'.
       sources, targets: N whitespace-tokenized sentences each.
       golds: optional N (sure, possible) link sets (`read_talp`); they only score.
-      reverse_workdir: a run target->source; symmetrize_with: SYMMETRIZE or "none".
-      given: checkpoint, layer, heads, shift, threshold (a float, or "argmax") of the
+      reverse_workdir: a run target->source; symmetrize_with: SYMMETRIZE or "none"
+        (without a reverse run, stored or given: the forward map's row links combined
+        with its column links, `attention.alignment.column_links`).
+      given: checkpoint, layer, heads, shift, words, threshold (a float, or "argmax") of the
         forward model; None or absent = the stored `--select` choice, else the default.
         The reverse model takes the same given values, else its stored ones (when it
         is the stored reverse run), else the defaults.
@@ -155,25 +165,25 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
     reverse_workdir = reverse_workdir or stored_rev.get("workdir")
     stored_method = stored.get("symmetrize") if stored.get("symmetrize") != "none" else None
     method = symmetrize_with or stored_method or (SYMMETRIZE[0] if explicit_rev else "none")
-    if method != "none":  # checked before any forced decoding
-        if not reverse_workdir:
-            raise UserError(f"--symmetrize {method} needs --reverse_workdir (a target->source run)")
+    if method != "none" and reverse_workdir:  # checked before any forced decoding
         langs = cli.load_config_json(workdir).data
         rev_langs = cli.load_config_json(reverse_workdir).data
         if (rev_langs.source_lang, rev_langs.target_lang) != (langs.target_lang, langs.source_lang):
             raise UserError(f"{reverse_workdir} translates {rev_langs.source_lang}->"
                             f"{rev_langs.target_lang}, not {langs.target_lang}->{langs.source_lang}")
     fwd, rec = _direction(workdir, stored, given, sources, targets, batch_size, max_tokens)
+    one_map = method != "none" and not reverse_workdir  # its rows with its columns
     links = rec.links(fwd["layer"], fwd["shift"], fwd["threshold"],
-                      prior_weight=fwd["prior_weight"])
+                      prior_weight=fwd["prior_weight"], words=fwd["words"],
+                      both_ways=method if one_map else None)
     settings = {**fwd, "symmetrize": method, "reverse": None}
-    if method != "none":
+    if method != "none" and not one_map:
         same = bool(stored_rev) and (Path(stored_rev["workdir"]).resolve()
                                      == Path(reverse_workdir).resolve())
         rev, rec_rev = _direction(reverse_workdir, stored_rev if same else {}, given, targets,
                                   sources, batch_size, max_tokens)
         back = rec_rev.links(rev["layer"], rev["shift"], rev["threshold"], transpose=True,
-                             prior_weight=rev["prior_weight"])
+                             prior_weight=rev["prior_weight"], words=rev["words"])
         links = [symmetrize(f, b, method) for f, b in zip(links, back, strict=True)]
         settings["reverse"] = {"workdir": str(Path(reverse_workdir).resolve()), **rev}
     result = {"links": links, "settings": settings, **({"recorded": rec} if keep_recorded else {})}
@@ -194,7 +204,10 @@ def split_scores(links: Sequence, golds: Sequence, dev: int) -> dict:
 
 
 def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens, transpose):
-    """Every setting of one direction on the dev pairs: [(dev AER, settings, links)]."""
+    """Every setting of one direction on the dev pairs: [(dev AER, settings, links,
+    symmetrisation of the map's rows with its columns or "none")], best first. The
+    forward direction (not `transpose`) also reads each map both ways (argmax rows with
+    the columns, each SYMMETRIZE method)."""
     from models.checkpoint import make_manager
     from models.loading import checkpoint_dir
 
@@ -205,6 +218,10 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
         manager = make_manager(checkpoint_dir(Path(workdir)), cfg.checkpoint.keep, read_only=True)
         steps = [str(s) for s in sorted(manager.all_steps())]
     heads = "mean" if given.get("heads") in (None, "mean") else tuple(given["heads"])
+    word_maps = (False, True) if given.get("words") is None else (bool(given["words"]),)
+    readings = [(t, "none") for t in (None, *THRESHOLDS)]
+    if not transpose:
+        readings += [(None, method) for method in SYMMETRIZE]
     out = []
     for step in steps:
         src, tgt = (targets, sources) if transpose else (sources, targets)
@@ -217,12 +234,16 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
                 weights = (given["prior_weight"],)
             else:
                 weights = PRIOR_WEIGHTS
-            for shift, weight in itertools.product((False,) if head else (False, True), weights):
-                for threshold in (None, *THRESHOLDS):
-                    links = rec.links(layer, shift, threshold, transpose, prior_weight=weight)
+            shifts = (False,) if head else (False, True)
+            for shift, weight, words in itertools.product(shifts, weights, word_maps):
+                for threshold, both_ways in readings:
+                    links = rec.links(layer, shift, threshold, transpose, prior_weight=weight,
+                                      words=words, both_ways=both_ways)
                     settings = {"checkpoint": str(rec.step), "layer": layer, "heads": heads,
-                                "shift": shift, "threshold": threshold, "prior_weight": weight}
-                    out.append((alignment_scores(links, golds)["aer"], settings, links))
+                                "shift": shift, "words": words, "threshold": threshold,
+                                "prior_weight": weight}
+                    out.append((alignment_scores(links, golds)["aer"], settings, links,
+                                both_ways))
     return sorted(out, key=lambda c: c[0])  # stable: ties keep the grid order
 
 
@@ -234,22 +255,25 @@ def select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], 
     them to `<workdir>/eval/alignment.json` and returns `align(...)` with them on all pairs
     (plus "grid": the dev AER of every setting tried, best first).
 
-    The grid: every saved checkpoint (or `given["checkpoint"]`) x decoder layer and mean x
-    shift x argmax and THRESHOLDS, heads averaged (or `given["heads"]`); with
-    `reverse_workdir` the same for it, and every SYMMETRIZE of the two directions' best
-    TOP_PER_DIRECTION settings. `inputs` (file names, say) is stored as provenance.
+    The grid: every saved checkpoint (or `given["checkpoint"]`) x decoder layer and mean
+    (and the head x PRIOR_WEIGHTS) x shift x piece or word map x argmax and THRESHOLDS,
+    and the argmax rows with the columns of the same map by each SYMMETRIZE, heads
+    averaged (or `given["heads"]`); with `reverse_workdir` the same for it (rows only),
+    and every SYMMETRIZE of the two directions' best TOP_PER_DIRECTION row readings.
+    `inputs` (file names, say) is stored as provenance.
     """
     prepare_output_folder(Path(workdir) / RESULT_FILE.parent)  # fail before the work
     dev = min(dev_sentences, len(sources)) if dev_sentences > 0 else len(sources)
     args = (sources[:dev], targets[:dev], golds[:dev])
     fwd = _candidates(workdir, *args, given, batch_size, max_tokens, transpose=False)
-    best = (fwd[0][0], fwd[0][1], "none", None)
-    grid = [{"direction": "forward", "dev_aer": a, **s} for a, s, _ in fwd]
+    best = (fwd[0][0], fwd[0][1], fwd[0][3], None)
+    grid = [{"direction": "forward", "dev_aer": a, **s, "symmetrize": m} for a, s, _, m in fwd]
     if reverse_workdir:
         rev = _candidates(reverse_workdir, *args, given, batch_size, max_tokens, transpose=True)
-        grid += [{"direction": "reverse", "dev_aer": a, **s} for a, s, _ in rev]
-        for _, f_set, f_links in fwd[:TOP_PER_DIRECTION]:
-            for _, r_set, r_links in rev[:TOP_PER_DIRECTION]:
+        grid += [{"direction": "reverse", "dev_aer": a, **s} for a, s, _, _ in rev]
+        rows_only = [c for c in fwd if c[3] == "none"]
+        for _, f_set, f_links, _ in rows_only[:TOP_PER_DIRECTION]:
+            for _, r_set, r_links, _ in rev[:TOP_PER_DIRECTION]:
                 for method in SYMMETRIZE:
                     links = [symmetrize(f, r, method) for f, r in zip(f_links, r_links, strict=True)]
                     score = alignment_scores(links, golds[:dev])["aer"]
@@ -302,7 +326,9 @@ def score_lines(result: dict, dev: int) -> list[str]:
     if "dev" in scores:
         lines += [line(f" first {dev}", scores["dev"]),
                   line(f" other {scores['test']['sentences']}", scores["test"])]
+    one_map = settings["symmetrize"] != "none" and not settings["reverse"]
     lines.append(f"settings: {describe(settings)}; symmetrize {settings['symmetrize']}"
+                 + (" (the map's argmax rows with its columns)" if one_map else "")
                  + (f"; reverse {settings['reverse']['workdir']}: {describe(settings['reverse'])}"
                     if settings["reverse"] else ""))
     if "grid" in result:
@@ -328,7 +354,7 @@ def main(argv: list[str]) -> None:
         raise UserError(f"--batch_size must be at least 1, got {f.batch_size}")
     if f.plot:
         prepare_output_folder(Path(f.plot).parent)  # fail before the work
-    given = {"checkpoint": f.checkpoint, "shift": f.shift,
+    given = {"checkpoint": f.checkpoint, "shift": f.shift, "words": f.words,
              "layer": None if f.layer is None else parse_layer(f.layer),
              "heads": None if f.heads is None else parse_heads(f.heads),
              "threshold": None if f.threshold is None else parse_threshold(f.threshold),

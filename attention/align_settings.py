@@ -4,7 +4,8 @@ naming them.
 
 A direction's settings are a dict over SETTING_KEYS: checkpoint (a step, as text),
 layer (a decoder layer index, "mean" or HEAD_LAYER), heads ("mean" or a tuple of
-indices), shift (bool), threshold (None = argmax, else a float in (0, 1]) and
+indices), shift (bool), words (bool: the map merged into words before it is read; stored
+files from before the key read as False), threshold (None = argmax, else a float in (0, 1]) and
 prior_weight (the head's, in [0, 1]; None for a layer).
 """
 
@@ -17,7 +18,7 @@ from attention.alignment import HEAD_LAYER
 from configs.errors import UserError
 
 RESULT_FILE = Path("eval") / "alignment.json"  # relative to the workdir
-SETTING_KEYS = ("checkpoint", "layer", "heads", "shift", "threshold", "prior_weight")
+SETTING_KEYS = ("checkpoint", "layer", "heads", "shift", "words", "threshold", "prior_weight")
 
 
 def stored_settings(workdir: str | Path) -> dict:
@@ -70,4 +71,5 @@ def describe(settings: dict) -> str:
     weight = settings.get("prior_weight")
     return (f"checkpoint {settings['checkpoint']}, layer {settings['layer']}, heads {heads}, "
             f"{rule}{', shift' if settings['shift'] else ''}"
+            f"{', word map' if settings.get('words') else ''}"
             f"{'' if weight is None else f', prior weight {weight:g}'}")

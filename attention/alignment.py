@@ -315,9 +315,40 @@ def make_units(tokenizer, sources: Sequence[str], targets: Sequence[str],
     return units
 
 
+def merge_into_words(rows: np.ndarray, src_words: Sequence[int],
+                     tgt_words: Sequence[int]) -> tuple[np.ndarray, list[int], list[int]]:
+    """A piece-level map as a word-level one: rows [n, K] (target pieces x m source
+    pieces, then K - m columns for `</s>` or padding) -> (float32 [N, M + K - m]: a
+    target word's piece rows averaged, a source word's piece columns summed, the columns
+    past the m pieces kept; the M source and N target word indices, in order). Rows
+    that summed to 1 still do."""
+    src_words, tgt_words = np.asarray(src_words), np.asarray(tgt_words)
+    src_ids, tgt_ids = np.unique(src_words), np.unique(tgt_words)
+    m = len(src_words)
+    by_word = np.stack([rows[tgt_words == w].mean(axis=0) for w in tgt_ids])
+    columns = [by_word[:, :m][:, src_words == w].sum(axis=1) for w in src_ids]
+    merged = np.concatenate([np.stack(columns, axis=1), by_word[:, m:]], axis=1)
+    return merged.astype(np.float32), src_ids.tolist(), tgt_ids.tolist()
+
+
+def column_links(rows: np.ndarray, src_words: Sequence[int],
+                 tgt_words: Sequence[int]) -> list[Link]:
+    """The map read the other way: each real source column's largest row, as
+    (src_words[i], tgt_words[j]) links (a reverse direction from the same map, as
+    SimAlign's "ArgMax" reads a similarity matrix both ways; Jalili Sabet et al. 2020).
+    rows [n, K >= m] as `links_from_rows` takes them."""
+    m = len(src_words)
+    if m == 0 or len(tgt_words) == 0:
+        return []
+    best = np.argmax(np.asarray(rows)[:, :m], axis=0)
+    return sorted({(int(src_words[i]), int(tgt_words[j])) for i, j in enumerate(best)})
+
+
 def pair_links(num_pairs: int, units: Sequence[Unit], atts: Sequence[np.ndarray],
                layer: int | str, shift: bool, threshold: float | None,
-               transpose: bool = False, null: bool = False) -> list[list[Link]]:
+               transpose: bool = False, null: bool = False, words: bool = False,
+               both_ways: Callable[[list[Link], list[Link]], list[Link]] | None = None,
+               ) -> list[list[Link]]:
     """Word links per pair from per-unit attention (the union over a pair's chunks).
 
     atts: per unit float [L, n + 1, m + 1] (decoder layer, decoder input row <s> y_0 ..
@@ -325,13 +356,20 @@ def pair_links(num_pairs: int, units: Sequence[Unit], atts: Sequence[np.ndarray]
     index or "mean"; `shift` reads row j + 1 for target piece j instead of row j;
     `transpose` swaps (i, j) for a model of the other direction; `null` lets an argmax on
     the `</s>` column leave a target piece unaligned (`links_from_rows(skip_eos=False)`:
-    for the alignment head, whose `</s>` is the mixture's NULL word). Returns N sorted lists.
+    for the alignment head, whose `</s>` is the mixture's NULL word). `words` reads the
+    map merged into words first (`merge_into_words`) instead of merging the pieces'
+    links; `both_ways(row links, column links)` (a symmetrisation) combines the rows'
+    reading with the columns' (`column_links`) of the same map. Returns N sorted lists.
     """
     out: list[set] = [set() for _ in range(num_pairs)]
     for unit, att in zip(units, atts, strict=True):
         a = att.mean(axis=0) if layer == "mean" else att[layer]  # [n + 1, m + 1]
         rows = a[1:] if shift else a[:-1]  # row of target piece j: j + 1 (input) or j
-        links = links_from_rows(rows, unit.src_words, unit.tgt_words, threshold,
-                                skip_eos=not null)
+        src_words, tgt_words = unit.src_words, unit.tgt_words
+        if words:
+            rows, src_words, tgt_words = merge_into_words(rows, src_words, tgt_words)
+        links = links_from_rows(rows, src_words, tgt_words, threshold, skip_eos=not null)
+        if both_ways is not None:
+            links = both_ways(links, column_links(rows, src_words, tgt_words))
         out[unit.pair].update([(j, i) for i, j in links] if transpose else links)
     return [sorted(s) for s in out]

@@ -17,7 +17,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from attention.alignment import HEAD_LAYER, Link, Unit, make_units, pair_links
+from attention.alignment import (
+    HEAD_LAYER,
+    Link,
+    Unit,
+    make_units,
+    merge_into_words,
+    pair_links,
+)
+from attention.alignment_scoring import symmetrize
 from configs import cli
 from configs.errors import UserError
 
@@ -191,20 +199,25 @@ class Recorded:
                             f"0..{self.num_layers - 1}")
         return int(layer) % self.num_layers
 
-    def links(self, layer, shift: bool, threshold: float | None,
-              transpose: bool = False, prior_weight: float | None = None) -> list[list[Link]]:
-        """Word links per pair. The head's posterior (`head_posterior` with `prior_weight`,
-        None = 1) row j already aligns y_j (no shift), and its argmax may fall on `</s>`,
-        the NULL word: that piece stays unaligned."""
+    def links(self, layer, shift: bool, threshold: float | None, transpose: bool = False,
+              prior_weight: float | None = None, words: bool = False,
+              both_ways: str | None = None) -> list[list[Link]]:
+        """Word links per pair (`attention.alignment.pair_links`: `words` merges the map
+        into words before reading it; `both_ways`, a SYMMETRIZE method, combines its rows'
+        links with its columns'). The head's posterior (`head_posterior` with
+        `prior_weight`, None = 1) row j already aligns y_j (no shift), and its argmax may
+        fall on `</s>`, the NULL word: that piece stays unaligned."""
         layer = self.layer_index(layer)
+        combine = None if both_ways in (None, "none") else functools.partial(
+            symmetrize, method=both_ways)
         if layer == HEAD_LAYER:
             if shift:
                 raise UserError(f"--shift does not apply to --layer {HEAD_LAYER}")
             posteriors = [p[None] for p in self.head_posteriors(prior_weight)]
             return pair_links(self.num_pairs, self.units, posteriors, 0, False, threshold,
-                              transpose, null=True)
+                              transpose, null=True, words=words, both_ways=combine)
         return pair_links(self.num_pairs, self.units, self.atts, layer, shift, threshold,
-                          transpose)
+                          transpose, words=words, both_ways=combine)
 
     def head_posteriors(self, prior_weight: float | None = None) -> list[np.ndarray]:
         """Per unit, the head's posterior `head_posterior(terms, prior_weight)` (None = 1),
@@ -229,9 +242,5 @@ class Recorded:
         else:
             att = self.atts[index].mean(axis=0) if layer == "mean" else self.atts[index][layer]
         rows = att[1:] if shift and layer != HEAD_LAYER else att[:-1]  # [n, m + 1]
-        tgt_words, src_words = np.asarray(unit.tgt_words), np.asarray(unit.src_words)
-        merged = np.stack([rows[tgt_words == w].mean(axis=0)
-                           for w in range(tgt_words.max() + 1)]) if len(tgt_words) else rows
-        return np.stack([merged[:, : len(src_words)][:, src_words == w].sum(axis=1)
-                         for w in range(src_words.max() + 1)], axis=1).astype(np.float32)
-
+        merged, src_ids, _ = merge_into_words(rows, unit.src_words, unit.tgt_words)
+        return merged[:, : len(src_ids)]

@@ -181,8 +181,15 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
                  symmetrize_with="none")["links"] == fwd
     with pytest.raises(UserError, match="translates de->en, not en->de"):
         align(smoke_workdir, sources, targets, reverse_workdir=smoke_workdir)
-    with pytest.raises(UserError, match="--symmetrize union needs --reverse_workdir"):
-        align(smoke_workdir, sources, targets, symmetrize_with="union")
+    # Without a reverse run: the forward map's argmax rows with its columns.
+    for method, words in (("union", False), ("grow-diag-final-and", True)):
+        one = align(smoke_workdir, sources, targets, symmetrize_with=method, words=words,
+                    keep_recorded=True)
+        assert one["settings"]["reverse"] is None and one["settings"]["words"] is words
+        layer = one["settings"]["layer"]
+        assert one["links"] == one["recorded"].links(layer, False, None, words=words,
+                                                     both_ways=method)
+        assert one["links"] != one["recorded"].links(layer, False, None, words=words)
 
 
 def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, reverse_workdir,
@@ -197,15 +204,19 @@ def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, rever
     assert selected.returncode == 0, selected.stderr[-2000:]
     stored = json.loads((workdir / "eval" / "alignment.json").read_text())
     settings = stored["settings"]
-    assert set(settings) == {"checkpoint", "layer", "heads", "shift", "threshold",
+    assert set(settings) == {"checkpoint", "layer", "heads", "shift", "words", "threshold",
                              "prior_weight", "symmetrize", "reverse"}
     assert settings["checkpoint"] in ("20", "40") and settings["heads"] == "mean"
-    # 2 checkpoints x (layer 0, mean) x shift x (argmax + 7 thresholds), both directions;
-    # the reverse run's alignment head adds 2 checkpoints x 4 prior weights x (argmax + 7
-    # thresholds).
-    assert len(stored["grid"]) == 2 * 64 + 64 and stored["selected_on"]["dev_sentences"] == 5
+    # 2 checkpoints x (layer 0, mean) x shift x piece or word map x (argmax + 7
+    # thresholds), both directions, and the forward maps read both ways (x 3 methods);
+    # the reverse run's alignment head adds 2 checkpoints x 4 prior weights x 2 maps x
+    # (argmax + 7 thresholds).
+    assert len(stored["grid"]) == 128 + 48 + 128 + 128
+    assert stored["selected_on"]["dev_sentences"] == 5
     head_grid = [g for g in stored["grid"] if g["layer"] == "alignment"]
-    assert len(head_grid) == 64 and {g["prior_weight"] for g in head_grid} == {1, 0.5, 0.25, 0}
+    assert len(head_grid) == 128 and {g["prior_weight"] for g in head_grid} == {1, 0.5, 0.25, 0}
+    both_ways = [g for g in stored["grid"] if g.get("symmetrize", "none") != "none"]
+    assert len(both_ways) == 48 and all(g["threshold"] is None for g in both_ways)
     assert all(g["prior_weight"] is None for g in stored["grid"] if g["layer"] != "alignment")
     forward = [g for g in stored["grid"] if g["direction"] == "forward"]
     assert stored["scores"]["dev"]["aer"] <= min(g["dev_aer"] for g in forward) + 1e-12

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from attention.alignment import (
+    column_links,
     extract_alignment,
     extract_alignments,
     format_pharaoh,
     links_from_rows,
     make_units,
+    merge_into_words,
     pair_links,
     parse_pharaoh,
     read_gold,
@@ -392,3 +394,38 @@ def test_units_merge_pieces_into_words_and_split_long_pairs():
         (u.src_words[0], j) for u in units for j in u.tgt_words)
     flipped = pair_links(2, units, atts, layer="mean", shift=True, threshold=None, transpose=True)
     assert flipped[0] == sorted((j, i) for i, j in links[0])
+
+
+def test_word_map_and_reading_a_map_both_ways_by_hand():
+    """Source words 0 = pieces (0, 1), 1 = piece 2; target words 0 = pieces (0, 1), 1 =
+    piece 2, 2 = piece 3; column 3 is </s>."""
+    from attention.alignment import Unit
+    from attention.alignment_scoring import symmetrize
+
+    rows = np.array([[0.3, 0.3, 0.1, 0.3],   # target word 0: pieces link 0 (argmax ties: first)
+                     [0.1, 0.2, 0.6, 0.1],   # ... and source word 1
+                     [0.0, 0.1, 0.1, 0.8],   # target word 1: mostly </s>
+                     [0.4, 0.5, 0.05, 0.05]], np.float32)
+    src_words, tgt_words = [0, 0, 1], [0, 0, 1, 2]
+    merged, src_ids, tgt_ids = merge_into_words(rows, src_words, tgt_words)
+    np.testing.assert_allclose(merged, [[0.45, 0.35, 0.2], [0.1, 0.1, 0.8], [0.9, 0.05, 0.05]],
+                               atol=1e-6)
+    assert (src_ids, tgt_ids) == ([0, 1], [0, 1, 2])
+    np.testing.assert_allclose(merged.sum(-1), 1.0, atol=1e-6)  # rows still sum to 1
+    # Pieces' links merged: (0,0) (1,0) (0,1) (0,2); the word map's: (0,0), (0,1), (0,2)
+    # (target word 1's real columns tie at 0.1: the first wins).
+    assert links_from_rows(rows, src_words, tgt_words) == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert links_from_rows(merged, src_ids, tgt_ids) == [(0, 0), (0, 1), (0, 2)]
+    # With </s> as NULL, target word 1 stays unaligned.
+    assert links_from_rows(merged, src_ids, tgt_ids, skip_eos=False) == [(0, 0), (0, 2)]
+    # The columns: source word 0's largest row is target word 2, source word 1's word 0.
+    assert column_links(merged, src_ids, tgt_ids) == [(0, 2), (1, 0)]
+    unit = Unit(0, [5, 6, 7], src_words, [8, 9, 10, 11], tgt_words)
+    att = np.concatenate([rows, np.zeros((1, 4), np.float32)])[None]  # + the </s> row
+    for method in ("intersect", "union", "grow-diag-final-and"):
+        want = symmetrize([(0, 0), (0, 2)], [(0, 2), (1, 0)], method)
+        got = pair_links(1, [unit], [att], 0, False, None, null=True, words=True,
+                         both_ways=lambda a, b, m=method: symmetrize(a, b, m))
+        assert got == [want], method
+    assert pair_links(1, [unit], [att], 0, False, None, null=True, words=True,
+                      both_ways=lambda a, b: symmetrize(a, b, "intersect")) == [[(0, 2)]]
