@@ -71,7 +71,15 @@ from attention.align_settings import (
     parse_threshold,
     stored_settings,
 )
-from attention.alignment import HEAD_LAYER, format_pharaoh, read_gold, read_pairs, read_sides
+from attention.alignment import (
+    HEAD_LAYER,
+    HEAD_LAYERS,
+    REVERSE_HEAD_LAYER,
+    format_pharaoh,
+    read_gold,
+    read_pairs,
+    read_sides,
+)
 from attention.alignment_scoring import SYMMETRIZE, alignment_scores, symmetrize
 from configs import cli
 from configs.errors import UserError
@@ -96,7 +104,7 @@ def define_flags() -> None:
     flags.DEFINE_enum("symmetrize", None, [*SYMMETRIZE, "none"], "How to combine directions "
                       "(without --reverse_workdir: the map's rows with its columns).")
     flags.DEFINE_string("layer", None, "Decoder layer (negative from the end), mean, or "
-                        f"{HEAD_LAYER} (the model's alignment head).")
+                        f"{HEAD_LAYER} (the model's alignment head) or {REVERSE_HEAD_LAYER}.")
     flags.DEFINE_string("heads", None, "mean, or comma-separated head indices to average.")
     flags.DEFINE_bool("shift", None, "Read the row where the target word is the input.")
     flags.DEFINE_bool("words", None, "Merge the map into words before reading it (else "
@@ -128,13 +136,26 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
     if s["layer"] is None:  # the head when there is one, else the penultimate layer
         s["layer"] = HEAD_LAYER if rec.has_head else max(rec.num_layers - 2, 0)
     s["layer"] = rec.layer_index(s["layer"])
-    if s["layer"] != HEAD_LAYER:
+    if s["layer"] not in HEAD_LAYERS:
         if given.get("prior_weight") is not None:
-            raise UserError(f"--prior_weight applies to --layer {HEAD_LAYER} only")
+            raise UserError(f"--prior_weight applies to --layer {HEAD_LAYER} "
+                            f"({REVERSE_HEAD_LAYER}) only")
         s["prior_weight"] = None
     elif s["prior_weight"] is None:
         s["prior_weight"] = 1.0
     return s, rec
+
+
+def _own_reverse(fwd: dict, stored: dict, given: dict) -> dict:
+    """The settings of a run's own reverse head (REVERSE_HEAD_LAYER) as the reverse
+    direction: the forward's checkpoint; words, threshold and prior weight given >
+    stored > default."""
+    s = {k: given[k] if given.get(k) is not None else stored.get(k)
+         for k in ("words", "threshold", "prior_weight")}
+    threshold = None if given.get("threshold") == "argmax" else s["threshold"]
+    return {"checkpoint": fwd["checkpoint"], "layer": REVERSE_HEAD_LAYER, "heads": fwd["heads"],
+            "shift": False, "words": bool(s["words"]), "threshold": threshold,
+            "prior_weight": 1.0 if s["prior_weight"] is None else s["prior_weight"]}
 
 
 def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *,
@@ -165,7 +186,13 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
     reverse_workdir = reverse_workdir or stored_rev.get("workdir")
     stored_method = stored.get("symmetrize") if stored.get("symmetrize") != "none" else None
     method = symmetrize_with or stored_method or (SYMMETRIZE[0] if explicit_rev else "none")
-    if method != "none" and reverse_workdir:  # checked before any forced decoding
+    own_reverse = bool(reverse_workdir) and (Path(reverse_workdir).resolve()
+                                             == Path(workdir).resolve())
+    if own_reverse and not cli.load_config_json(workdir).model.get("alignment_reverse"):
+        raise UserError(f"--reverse_workdir {reverse_workdir} is the run itself, which has no "
+                        "reverse head (model.alignment_reverse): give a run of the other "
+                        "direction")
+    if method != "none" and reverse_workdir and not own_reverse:  # before any forced decoding
         langs = cli.load_config_json(workdir).data
         rev_langs = cli.load_config_json(reverse_workdir).data
         if (rev_langs.source_lang, rev_langs.target_lang) != (langs.target_lang, langs.source_lang):
@@ -180,10 +207,15 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
     if method != "none" and not one_map:
         same = bool(stored_rev) and (Path(stored_rev["workdir"]).resolve()
                                      == Path(reverse_workdir).resolve())
-        rev, rec_rev = _direction(reverse_workdir, stored_rev if same else {}, given, targets,
-                                  sources, batch_size, max_tokens)
-        back = rec_rev.links(rev["layer"], rev["shift"], rev["threshold"], transpose=True,
+        if own_reverse:  # the run's own reverse head, read from the same forced decoding
+            rev = _own_reverse(fwd, stored_rev if same else {}, given)
+            back = rec.links(REVERSE_HEAD_LAYER, False, rev["threshold"],
                              prior_weight=rev["prior_weight"], words=rev["words"])
+        else:
+            rev, rec_rev = _direction(reverse_workdir, stored_rev if same else {}, given,
+                                      targets, sources, batch_size, max_tokens)
+            back = rec_rev.links(rev["layer"], rev["shift"], rev["threshold"], transpose=True,
+                                 prior_weight=rev["prior_weight"], words=rev["words"])
         links = [symmetrize(f, b, method) for f, b in zip(links, back, strict=True)]
         settings["reverse"] = {"workdir": str(Path(reverse_workdir).resolve()), **rev}
     result = {"links": links, "settings": settings, **({"recorded": rec} if keep_recorded else {})}
@@ -227,7 +259,7 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
         src, tgt = (targets, sources) if transpose else (sources, targets)
         rec = Recorded(workdir, step, src, tgt, heads, batch_size, max_tokens)
         for layer in rec.layers:
-            head = layer == HEAD_LAYER
+            head = layer in HEAD_LAYERS
             if not head:
                 weights = (None,)  # only the head has a prior to weigh
             elif given.get("prior_weight") is not None:
@@ -268,17 +300,23 @@ def select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], 
     fwd = _candidates(workdir, *args, given, batch_size, max_tokens, transpose=False)
     best = (fwd[0][0], fwd[0][1], fwd[0][3], None)
     grid = [{"direction": "forward", "dev_aer": a, **s, "symmetrize": m} for a, s, _, m in fwd]
+    rows_only = [c for c in fwd if c[3] == "none"]
     if reverse_workdir:
         rev = _candidates(reverse_workdir, *args, given, batch_size, max_tokens, transpose=True)
         grid += [{"direction": "reverse", "dev_aer": a, **s} for a, s, _, _ in rev]
-        rows_only = [c for c in fwd if c[3] == "none"]
-        for _, f_set, f_links, _ in rows_only[:TOP_PER_DIRECTION]:
-            for _, r_set, r_links, _ in rev[:TOP_PER_DIRECTION]:
-                for method in SYMMETRIZE:
-                    links = [symmetrize(f, r, method) for f, r in zip(f_links, r_links, strict=True)]
-                    score = alignment_scores(links, golds[:dev])["aer"]
-                    if score < best[0]:
-                        best = (score, f_set, method, r_set)
+    else:  # the run's own reverse head, if it has one, is the other direction
+        reverse_workdir = workdir
+        rev = [c for c in rows_only if c[1]["layer"] == REVERSE_HEAD_LAYER]
+        rows_only = [c for c in rows_only if c[1]["layer"] != REVERSE_HEAD_LAYER]
+    for _, f_set, f_links, _ in rows_only[:TOP_PER_DIRECTION]:
+        for _, r_set, r_links, _ in rev[:TOP_PER_DIRECTION]:
+            if r_set["layer"] == REVERSE_HEAD_LAYER and r_set["checkpoint"] != f_set["checkpoint"]:
+                continue  # the own reverse head is read at the forward's checkpoint
+            for method in SYMMETRIZE:
+                links = [symmetrize(f, r, method) for f, r in zip(f_links, r_links, strict=True)]
+                score = alignment_scores(links, golds[:dev])["aer"]
+                if score < best[0]:
+                    best = (score, f_set, method, r_set)
     _, f_set, method, r_set = best
     settings = {**f_set, "symmetrize": method, "reverse": None if r_set is None else
                 {"workdir": str(Path(reverse_workdir).resolve()), **r_set}}

@@ -3,7 +3,7 @@ in `<workdir>/eval/alignment.json`, the flags' text parsed into them, and one li
 naming them.
 
 A direction's settings are a dict over SETTING_KEYS: checkpoint (a step, as text),
-layer (a decoder layer index, "mean" or HEAD_LAYER), heads ("mean" or a tuple of
+layer (a decoder layer index, "mean" or one of HEAD_LAYERS), heads ("mean" or a tuple of
 indices), shift (bool), words (bool: the map merged into words before it is read; stored
 files from before the key read as False), threshold (None = argmax, else a float in (0, 1]) and
 prior_weight (the head's, in [0, 1]; None for a layer).
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attention.alignment import HEAD_LAYER
+from attention.alignment import HEAD_LAYER, HEAD_LAYERS
 from configs.errors import UserError
 
 RESULT_FILE = Path("eval") / "alignment.json"  # relative to the workdir
@@ -37,11 +37,12 @@ def stored_settings(workdir: str | Path) -> dict:
 
 
 def parse_layer(text: str) -> int | str:
-    if text in ("mean", HEAD_LAYER):
+    if text == "mean" or text in HEAD_LAYERS:
         return text
     if text.lstrip("-").isdigit():
         return int(text)
-    raise UserError(f"--layer must be an index, 'mean' or '{HEAD_LAYER}', got {text!r}")
+    raise UserError(f"--layer must be an index, 'mean', '{HEAD_LAYER}' or "
+                    f"'{HEAD_LAYERS[1]}', got {text!r}")
 
 
 def parse_heads(text: str) -> str | tuple[int, ...]:

@@ -51,6 +51,9 @@ from configs.files import require_file
 # The `layer` that reads a model's alignment head (models/alignment_head.py) instead of
 # its cross-attention (models/forced_alignment.py, attention/align.py).
 HEAD_LAYER = "alignment"
+# ... and the one that reads its reverse head (model.alignment_reverse): target -> source.
+REVERSE_HEAD_LAYER = "alignment_reverse"
+HEAD_LAYERS = (HEAD_LAYER, REVERSE_HEAD_LAYER)
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a new whitespace word
 SPECIAL_TOKENS = frozenset({"<s>", "</s>", "<pad>", ""})
 

@@ -85,6 +85,7 @@ def get_config() -> ml_collections.ConfigDict:
     model.alignment_head = False  # word-alignment mixture (models/alignment_head.py)
     model.alignment_jumps = False  # ... whose prior is an HMM over source positions
     model.alignment_attention_prior = True  # ... with the decoder state's attention in it
+    model.alignment_reverse = False  # ... and a second head of the other direction
 
     config.train = train = ml_collections.ConfigDict()
     train.num_steps = 20000

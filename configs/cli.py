@@ -267,6 +267,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if not config.model.alignment_attention_prior and not config.model.alignment_jumps:
         raise UserError("model.alignment_attention_prior=False needs model.alignment_jumps=True "
                         "(without either the head's prior is uniform: IBM model 1)")
+    if config.model.alignment_reverse and not config.model.alignment_jumps:
+        raise UserError("model.alignment_reverse needs model.alignment_jumps=True (the reverse "
+                        "head is an HMM moved by jump biases)")
     if config.model.alignment_jumps and data.pack_length:
         raise UserError("model.alignment_jumps needs data.pack_length=0: its chain would run "
                         "across the pairs packed into one row")

@@ -57,6 +57,10 @@ class ModelConfig:
     # False: the HMM's transitions are the jump biases alone (a classical HMM aligner with
     # a neural lexical table); True adds the prior attention from the decoder state.
     alignment_attention_prior: bool = True
+    # A second head of the other direction, target -> source: each source piece explained
+    # by the target's (an HMM over target positions moved by jump biases alone), so one
+    # run gives both directions to symmetrise; needs alignment_jumps.
+    alignment_reverse: bool = False
 
     @classmethod
     def from_config(cls, model: Mapping[str, Any], *, src_vocab_size: int,

@@ -63,23 +63,27 @@ class AlignmentHead(nnx.Module):
     Args:
       config: the model config; the head has d_model-sized projections, a d_ff hidden
         layer for the lexical features and its own [tgt_vocab, d_model] output table.
+      reverse: the head of the other direction (model.alignment_reverse): its lexical
+        table t(x_i | y_j) reads target pieces and scores source ones ([src_vocab,
+        d_model] output table), and it has no prior attention (jump biases alone).
     """
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, reverse: bool = False):
         d = config.d_model
         kw = dict(param_dtype=jnp.dtype(config.param_dtype), rngs=rngs)
         # The prior attention (None with alignment_attention_prior=False: a uniform prior,
         # the jump biases alone moving the chain, as in the classical HMM aligners).
-        attention = config.alignment_attention_prior
+        attention = config.alignment_attention_prior and not reverse
+        vocab_size = config.src_vocab_size if reverse else config.tgt_vocab_size
         self.query_norm = nnx.LayerNorm(d, epsilon=1e-6, **kw) if attention else None
         self.query = nnx.Linear(d, d, **kw) if attention else None
         self.key = nnx.Linear(d, d, **kw) if attention else None
         self.lexical_up = nnx.Linear(d, config.d_ff, **kw)
         self.lexical_down = nnx.Linear(config.d_ff, d, **kw)
         self.lexical_norm = nnx.LayerNorm(d, epsilon=1e-6, **kw)
-        self.output = nnx.Embed(config.tgt_vocab_size, d, **kw,
+        self.output = nnx.Embed(vocab_size, d, **kw,
                                 embedding_init=nnx.initializers.normal(d**-0.5))
-        self.output_bias = nnx.Param(jnp.zeros((config.tgt_vocab_size,),
+        self.output_bias = nnx.Param(jnp.zeros((vocab_size,),
                                                jnp.dtype(config.param_dtype)))
         # The HMM's transition biases: one per jump width, and one for a jump to NULL
         # (zeros: the chain starts as the mixture, whose prior ignores the last link).

@@ -19,6 +19,8 @@ import numpy as np
 
 from attention.alignment import (
     HEAD_LAYER,
+    HEAD_LAYERS,
+    REVERSE_HEAD_LAYER,
     Link,
     Unit,
     make_units,
@@ -64,21 +66,24 @@ def _forced_fn(with_head: bool):
         model = nnx.merge(graphdef, state)
         if not with_head:
             return model(src, tgt_in, return_weights=True)[1]["cross"], None
-        _, _, weights = model.forward_with_alignment(src, tgt_in, tgt_out, return_weights=True)
-        return weights["cross"], {name: weights[f"alignment_{name}"] for name in HeadTerms._fields
-                                  if f"alignment_{name}" in weights}
+        _, _, _, weights = model.forward_with_alignment(src, tgt_in, tgt_out,
+                                                        return_weights=True)
+        return weights["cross"], {key: value for key, value in weights.items()
+                                  if key.startswith("alignment_")}
 
     return jax.jit(fn, static_argnums=0)
 
 
 def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size: int,
-           limit: int = MAX_TOKENS) -> tuple[list[np.ndarray], list[HeadTerms] | None]:
+           limit: int = MAX_TOKENS) -> tuple[list[np.ndarray], list[HeadTerms] | None,
+                                             list[HeadTerms] | None]:
     """One teacher-forced pass over every unit: its cross-attention averaged over `heads`
     and, for a model with an alignment head, the head's terms (models/alignment_head.py).
 
     Returns (per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
     y_0..y_{n-1}), source column (m pieces, then </s>); per unit `HeadTerms`, or None
-    without a head). Units go in batches of similar length, padded to a multiple of
+    without a head; per unit the reverse head's `HeadTerms` with rows and columns swapped
+    ([m + 1, n + 1], bias [n + 2, n + 1]), or None without model.alignment_reverse). Units go in batches of similar length, padded to a multiple of
     PAD_MULTIPLE, at most `limit` (padding is masked: the rows of the real tokens are the
     same).
     """
@@ -89,8 +94,10 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
 
     graphdef, state = nnx.split(model)
     with_head = model.alignment_head is not None
+    with_reverse = getattr(model, "alignment_reverse", None) is not None
     atts: list = [None] * len(units)
     head_terms: list[HeadTerms] | None = [None] * len(units) if with_head else None
+    reverse_terms: list[HeadTerms] | None = [None] * len(units) if with_reverse else None
     head_index = slice(None) if heads == "mean" else list(heads)
     for group in _groups(units, batch_size):
         longest = max(max(len(units[i].src), len(units[i].tgt)) + 1 for i in group)
@@ -108,12 +115,20 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
             atts[i] = np.asarray(cross[:, row][:, head_index, : n + 1, : m + 1],
                                  np.float32).mean(axis=1)
             if with_head:
-                bias = terms.get("transition_bias")
-                head_terms[i] = HeadTerms(
-                    *(np.asarray(terms[name][row, : n + 1, : m + 1], np.float32)
-                      for name in ("log_prior", "log_lexical")),
-                    None if bias is None else np.asarray(bias[row, : m + 2, : m + 1], np.float32))
-    return atts, head_terms
+                head_terms[i] = _unit_terms(terms, "alignment_", row, n, m)
+            if with_reverse:
+                reverse_terms[i] = _unit_terms(terms, "alignment_reverse_", row, m, n)
+    return atts, head_terms, reverse_terms
+
+
+def _unit_terms(terms: dict, prefix: str, row: int, rows: int, cols: int) -> HeadTerms:
+    """One unit's `HeadTerms` out of a batch's terms (names `prefix` + field): its
+    [rows + 1, cols + 1] corner, the bias's [cols + 2, cols + 1]."""
+    bias = terms.get(f"{prefix}transition_bias")
+    return HeadTerms(*(np.asarray(terms[f"{prefix}{name}"][row, : rows + 1, : cols + 1],
+                                  np.float32) for name in ("log_prior", "log_lexical")),
+                     None if bias is None else np.asarray(bias[row, : cols + 2, : cols + 1],
+                                                          np.float32))
 
 
 def head_posterior(terms: HeadTerms, prior_weight: float = 1.0) -> np.ndarray:
@@ -157,7 +172,8 @@ class Recorded:
     """One run at one checkpoint, forced-decoded on N pairs: `links(...)` for any setting.
 
     `layers` lists what `links` can read: each decoder layer's index, "mean" (of the
-    layers), and HEAD_LAYER when the model has an alignment head.
+    layers), HEAD_LAYER when the model has an alignment head and REVERSE_HEAD_LAYER when
+    it also has the reverse one (model.alignment_reverse).
     """
 
     def __init__(self, workdir: str | Path, checkpoint: str, sources: Sequence[str],
@@ -180,19 +196,23 @@ class Recorded:
             limit = min(limit, self.cfg.model.max_positions)
         self.num_pairs = len(sources)
         self.units = make_units(tokenizer, sources, targets, limit)
-        self.atts, self.head = record(loaded.model, self.units, heads, batch_size, limit)
-        self.has_head = self.head is not None
-        self._posteriors: dict[float, list[np.ndarray]] = {}  # head_posteriors, per weight
-        self.layers = [*range(self.num_layers), "mean", *([HEAD_LAYER] if self.has_head else [])]
+        self.atts, head, reverse = record(loaded.model, self.units, heads, batch_size, limit)
+        self.terms = {HEAD_LAYER: head, REVERSE_HEAD_LAYER: reverse}
+        self.has_head = head is not None
+        self._posteriors: dict[tuple, list[np.ndarray]] = {}  # head_posteriors, per weight
+        self.layers = [*range(self.num_layers), "mean",
+                       *(layer for layer in HEAD_LAYERS if self.terms[layer] is not None)]
 
     def layer_index(self, layer: int | str) -> int | str:
-        """`layer` checked against the model: "mean", HEAD_LAYER or an index in 0..L-1."""
+        """`layer` checked against the model: "mean", one of HEAD_LAYERS or an index in
+        0..L-1."""
         if layer == "mean":
             return layer
-        if layer == HEAD_LAYER:
-            if not self.has_head:
-                raise UserError(f"--layer {HEAD_LAYER}: {self.workdir} has no alignment head "
-                                "(model.alignment_head)")
+        if layer in HEAD_LAYERS:
+            if self.terms[layer] is None:
+                flag = "alignment_head" if layer == HEAD_LAYER else "alignment_reverse"
+                raise UserError(f"--layer {layer}: {self.workdir} has no such head "
+                                f"(model.{flag})")
             return layer
         if not -self.num_layers <= int(layer) < self.num_layers:
             raise UserError(f"--layer {layer}: {self.workdir} has decoder layers "
@@ -204,28 +224,34 @@ class Recorded:
               both_ways: str | None = None) -> list[list[Link]]:
         """Word links per pair (`attention.alignment.pair_links`: `words` merges the map
         into words before reading it; `both_ways`, a SYMMETRIZE method, combines its rows'
-        links with its columns'). The head's posterior (`head_posterior` with
+        links with its columns'). A head's posterior (`head_posterior` with
         `prior_weight`, None = 1) row j already aligns y_j (no shift), and its argmax may
-        fall on `</s>`, the NULL word: that piece stays unaligned."""
+        fall on `</s>`, the NULL word: that piece stays unaligned. The reverse head's rows
+        are the source pieces: its links come out (source, target) as the others'."""
         layer = self.layer_index(layer)
         combine = None if both_ways in (None, "none") else functools.partial(
             symmetrize, method=both_ways)
-        if layer == HEAD_LAYER:
+        if layer in HEAD_LAYERS:
             if shift:
-                raise UserError(f"--shift does not apply to --layer {HEAD_LAYER}")
-            posteriors = [p[None] for p in self.head_posteriors(prior_weight)]
-            return pair_links(self.num_pairs, self.units, posteriors, 0, False, threshold,
-                              transpose, null=True, words=words, both_ways=combine)
+                raise UserError(f"--shift does not apply to --layer {layer}")
+            posteriors = [p[None] for p in self.head_posteriors(prior_weight, layer)]
+            reverse = layer == REVERSE_HEAD_LAYER
+            units = [_swapped(u) for u in self.units] if reverse else self.units
+            return pair_links(self.num_pairs, units, posteriors, 0, False, threshold,
+                              transpose != reverse, null=True, words=words,
+                              both_ways=combine)
         return pair_links(self.num_pairs, self.units, self.atts, layer, shift, threshold,
                           transpose, words=words, both_ways=combine)
 
-    def head_posteriors(self, prior_weight: float | None = None) -> list[np.ndarray]:
-        """Per unit, the head's posterior `head_posterior(terms, prior_weight)` (None = 1),
-        computed once per weight: `--select` reads each weight at every threshold."""
-        weight = 1.0 if prior_weight is None else float(prior_weight)
-        if weight not in self._posteriors:
-            self._posteriors[weight] = [head_posterior(t, weight) for t in self.head]
-        return self._posteriors[weight]
+    def head_posteriors(self, prior_weight: float | None = None,
+                        layer: str = HEAD_LAYER) -> list[np.ndarray]:
+        """Per unit, the posterior `head_posterior(terms, prior_weight)` (None = 1) of the
+        head `layer` (HEAD_LAYERS), computed once per weight: `--select` reads each weight
+        at every threshold."""
+        key = (layer, 1.0 if prior_weight is None else float(prior_weight))
+        if key not in self._posteriors:
+            self._posteriors[key] = [head_posterior(t, key[1]) for t in self.terms[layer]]
+        return self._posteriors[key]
 
     def word_matrix(self, pair: int, layer, shift: bool,
                     prior_weight: float | None = None) -> np.ndarray:
@@ -237,6 +263,10 @@ class Recorded:
             raise UserError(f"pair {pair} was aligned in {len(units)} chunks: no single map")
         unit, index = units[0], self.units.index(units[0])
         layer = self.layer_index(layer)
+        if layer == REVERSE_HEAD_LAYER:  # rows are source pieces: merged, then transposed
+            rows = self.head_posteriors(prior_weight, layer)[index][:-1]  # [m, n + 1]
+            merged, tgt_ids, _ = merge_into_words(rows, unit.tgt_words, unit.src_words)
+            return np.ascontiguousarray(merged[:, : len(tgt_ids)].T)
         if layer == HEAD_LAYER:
             att = self.head_posteriors(prior_weight)[index]
         else:
@@ -244,3 +274,8 @@ class Recorded:
         rows = att[1:] if shift and layer != HEAD_LAYER else att[:-1]  # [n, m + 1]
         merged, src_ids, _ = merge_into_words(rows, unit.src_words, unit.tgt_words)
         return merged[:, : len(src_ids)]
+
+
+def _swapped(unit: Unit) -> Unit:
+    """The unit with its sides swapped (the reverse head's rows are the source pieces)."""
+    return Unit(unit.pair, unit.tgt, unit.tgt_words, unit.src, unit.src_words)

@@ -163,7 +163,8 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     then count both copies and add "rdrop_kl_sum". About twice a step's compute.
 
     A model with an alignment head (models/alignment_head.py) adds the head's negative
-    log-likelihood to the loss it returns and "align_nll_sum" to the sums; "loss_sum" and
+    log-likelihood (and its reverse head's, model.alignment_reverse, over the source
+    pieces) to the loss it returns and "align_nll_sum" to the sums; "loss_sum" and
     "nll_sum" stay the translation's. The head's inputs are stop-gradient, so the
     translation parameters get the same gradient as without it. `align_prior_weight` w
     raises its prior to w (0: uniform, IBM model 1; `train.align_prior_ramp_steps`).
@@ -173,7 +174,7 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
     with_head = model.alignment_head is not None and head_mask is None
     if with_head:
-        logits, head_ll, _ = model.forward_with_alignment(
+        logits, head_ll, reverse_ll, _ = model.forward_with_alignment(
             batch["src"], batch["tgt_in"], batch["tgt_out"], dropout_rng=dropout_rng,
             prior_weight=align_prior_weight, **packing)
     else:
@@ -191,6 +192,8 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
         total = total + rdrop_alpha * sums["rdrop_kl_sum"]
     if with_head:
         sums["align_nll_sum"] = -jnp.sum(head_ll * weights)
+        if reverse_ll is not None:  # model.alignment_reverse: the source pieces' too
+            sums["align_nll_sum"] -= jnp.sum(reverse_ll * (batch["src"] != PAD_ID))
         total = total + sums["align_nll_sum"]
     return total / jnp.maximum(tokens, 1.0), sums
 

@@ -83,6 +83,9 @@ class Transformer(nnx.Module):
         self.decoder_norm = layer_norm(config, rngs) if config.pre_ln else None
         # The word-alignment mixture (models/alignment_head.py), trained beside translation.
         self.alignment_head = AlignmentHead(config, rngs=rngs) if config.alignment_head else None
+        # ... and its twin of the other direction (target -> source), model.alignment_reverse.
+        self.alignment_reverse = (AlignmentHead(config, rngs=rngs, reverse=True)
+                                  if config.alignment_reverse else None)
 
     def encode(self, src: jnp.ndarray, *, segments=None, positions=None, dropout_rng=None,
                return_weights: bool = False, head_mask: dict | None = None):
@@ -188,12 +191,16 @@ class Transformer(nnx.Module):
         rows predict); packing arguments as in `__call__`; prior_weight as in
         `models.alignment_head.head_log_likelihood` (1: the model's own). Returns (logits float32
         [B, T, V], the head's log p(y_j | x, y_<j) float32 [B, T] (models/alignment_head.py;
-        rows past a target's end are to be weighted 0), the weights of `__call__` with
-        return_weights plus the head's terms -- "alignment_log_prior" log a(i | x, y_<j)
-        and "alignment_log_lexical" log t(y_j | x_i), float32 [B, T, S] (NEG_INF where
-        masked; kept in logs, so a posterior that weights the prior differently is read
-        without underflow), and with model.alignment_jumps "alignment_transition_bias"
-        [B, S + 1, S] (`AlignmentHead.transition_bias`) -- else None).
+        rows past a target's end are to be weighted 0), with model.alignment_reverse the
+        reverse head's log p(x_i | y, x_<i) float32 [B, S] (rows past a source's end to be
+        weighted 0; else None), the weights of `__call__` with return_weights plus the
+        head's terms -- "alignment_log_prior" log a(i | x, y_<j) and
+        "alignment_log_lexical" log t(y_j | x_i), float32 [B, T, S] (NEG_INF where masked;
+        kept in logs, so a posterior that weights the prior differently is read without
+        underflow), with model.alignment_jumps "alignment_transition_bias" [B, S + 1, S]
+        (`AlignmentHead.transition_bias`), and the reverse head's the same with
+        "alignment_reverse_" names, rows and columns swapped ([B, S, T] and [B, T + 1, T];
+        the target's `</s>` its NULL word) -- else None).
         """
         enc_rng, dec_rng = split_rng(dropout_rng, 2)
         memory, src_valid, enc_w = self.encode(src, segments=src_segments,
@@ -211,12 +218,25 @@ class Transformer(nnx.Module):
         log_prior, log_lexical = head.log_terms(states, memory, rows, tgt_out, mask)
         bias = head.transition_bias(src == EOS_ID)  # None for the mixture
         log_likelihood = head_log_likelihood(log_prior, log_lexical, mask, bias, prior_weight)
+        terms = {"alignment_log_prior": log_prior, "alignment_log_lexical": log_lexical,
+                 **({} if bias is None else {"alignment_transition_bias": bias})}
+        reverse_log_likelihood = None
+        if self.alignment_reverse is not None:  # the same, target -> source
+            reverse = self.alignment_reverse
+            target_rows = (self.target_embed.tokens.embedding[...][tgt_out]
+                           * self.target_embed.d_model**0.5)
+            reverse_mask = jnp.broadcast_to((tgt_out != PAD_ID)[:, None, :],
+                                            (*src.shape, tgt_out.shape[1]))
+            r_prior, r_lexical = reverse.log_terms(None, None, target_rows, src, reverse_mask)
+            r_bias = reverse.transition_bias(tgt_out == EOS_ID)
+            reverse_log_likelihood = head_log_likelihood(r_prior, r_lexical, reverse_mask,
+                                                          r_bias, prior_weight)
+            terms.update(alignment_reverse_log_prior=r_prior,
+                         alignment_reverse_log_lexical=r_lexical,
+                         alignment_reverse_transition_bias=r_bias)
         if return_weights:
-            weights = {"encoder_self": enc_w, **weights, "alignment_log_prior": log_prior,
-                       "alignment_log_lexical": log_lexical}
-            if bias is not None:
-                weights["alignment_transition_bias"] = bias
-        return self.target_embed.logits(states), log_likelihood, weights
+            weights = {"encoder_self": enc_w, **weights, **terms}
+        return self.target_embed.logits(states), log_likelihood, reverse_log_likelihood, weights
 
     def init_decode_state(self, memory, src_valid, max_length: int) -> DecodeState:
         """Empty self-attention caches for `max_length` steps and the projected memory.

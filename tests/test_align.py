@@ -29,13 +29,15 @@ SCORE = r"precision: (\d+\.\d\d) recall: (\d+\.\d\d)"
 @pytest.fixture(scope="module")
 def reverse_workdir(tmp_path_factory) -> Path:
     """The smoke config trained en->de (40 steps, ~20 s) with an alignment head (its HMM
-    form, model.alignment_jumps), so the tests read both the cross-attention (de->en)
-    and the head's posterior (en->de)."""
+    form, model.alignment_jumps) and its reverse twin (model.alignment_reverse), so the
+    tests read the cross-attention (de->en), the head's posterior (en->de) and the
+    reverse head's (de->en, from the same run)."""
     workdir = tmp_path_factory.mktemp("smoke_en_de") / "run"
     result = run_script("train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
                         "--config.data.source_lang=en", "--config.data.target_lang=de",
                         "--config.model.alignment_head=True",
-                        "--config.model.alignment_jumps=True")
+                        "--config.model.alignment_jumps=True",
+                        "--config.model.alignment_reverse=True")
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
@@ -179,8 +181,20 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
         "settings"]["symmetrize"] == "grow-diag-final-and"
     assert align(smoke_workdir, sources, targets, reverse_workdir=reverse_workdir,
                  symmetrize_with="none")["links"] == fwd
-    with pytest.raises(UserError, match="translates de->en, not en->de"):
+    with pytest.raises(UserError, match="is the run itself, which has no reverse head"):
         align(smoke_workdir, sources, targets, reverse_workdir=smoke_workdir)
+    # A run with a reverse head is its own reverse model: the head's links with the
+    # reverse head's, from one forced decoding.
+    own = align(reverse_workdir, targets, sources, reverse_workdir=reverse_workdir,
+                symmetrize_with="union", layer="alignment", threshold="argmax",
+                keep_recorded=True)
+    rec_own = own["recorded"]
+    head, twin = (rec_own.links(layer, False, None) for layer in ("alignment",
+                                                                  "alignment_reverse"))
+    assert own["links"] == [symmetrize(f, r, "union") for f, r in zip(head, twin, strict=True)]
+    assert own["settings"]["reverse"]["layer"] == "alignment_reverse"
+    assert all(0 <= j < len(s.split()) and 0 <= i < len(t.split())  # (en word, de word)
+               for links, s, t in zip(twin, sources, targets, strict=True) for i, j in links)
     # Without a reverse run: the forward map's argmax rows with its columns.
     for method, words in (("union", False), ("grow-diag-final-and", True)):
         one = align(smoke_workdir, sources, targets, symmetrize_with=method, words=words,
@@ -209,15 +223,16 @@ def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, rever
     assert settings["checkpoint"] in ("20", "40") and settings["heads"] == "mean"
     # 2 checkpoints x (layer 0, mean) x shift x piece or word map x (argmax + 7
     # thresholds), both directions, and the forward maps read both ways (x 3 methods);
-    # the reverse run's alignment head adds 2 checkpoints x 4 prior weights x 2 maps x
-    # (argmax + 7 thresholds).
-    assert len(stored["grid"]) == 128 + 48 + 128 + 128
+    # the reverse run's alignment head and its reverse twin add 2 checkpoints x 4 prior
+    # weights x 2 maps x (argmax + 7 thresholds) each.
+    assert len(stored["grid"]) == 128 + 48 + 128 + 2 * 128
     assert stored["selected_on"]["dev_sentences"] == 5
     head_grid = [g for g in stored["grid"] if g["layer"] == "alignment"]
     assert len(head_grid) == 128 and {g["prior_weight"] for g in head_grid} == {1, 0.5, 0.25, 0}
     both_ways = [g for g in stored["grid"] if g.get("symmetrize", "none") != "none"]
     assert len(both_ways) == 48 and all(g["threshold"] is None for g in both_ways)
-    assert all(g["prior_weight"] is None for g in stored["grid"] if g["layer"] != "alignment")
+    assert all(g["prior_weight"] is None for g in stored["grid"]
+               if g["layer"] not in ("alignment", "alignment_reverse"))
     forward = [g for g in stored["grid"] if g["direction"] == "forward"]
     assert stored["scores"]["dev"]["aer"] <= min(g["dev_aer"] for g in forward) + 1e-12
     assert stored["scores"]["dev"]["sentences"] == 5

@@ -83,7 +83,7 @@ def test_joint_matches_a_numpy_reference():
 def test_forward_with_alignment_returns_the_terms_in_logs():
     model = Transformer(small_config(), rngs=nnx.Rngs(0))
     batch = toy_batch([([5, 6, 7], [9, 8]), ([5], [10, 11, 12])])
-    _, log_lik, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
+    _, log_lik, _, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
                                                        batch["tgt_out"], return_weights=True)
     prior = np.exp(np.asarray(weights["alignment_log_prior"]))  # [B, T, S]
     np.testing.assert_allclose(prior.sum(-1), 1.0, rtol=1e-5)
@@ -141,14 +141,15 @@ def toy_batch(pairs) -> dict:
     return batch
 
 
-def trained_on_toy_reversal(jumps: bool = False, attention_prior: bool = True):
+def trained_on_toy_reversal(jumps: bool = False, attention_prior: bool = True,
+                            reverse: bool = False):
     """A small model with an alignment head (an HMM with `jumps`, with or without its
-    prior attention) trained 300 steps on the toy bitext: (model, 64 new test pairs,
-    forward_with_alignment's weights on them)."""
+    prior attention, and its `reverse` twin) trained 300 steps on the toy bitext: (model,
+    64 new test pairs, forward_with_alignment's weights on them)."""
     cfg = smoke.get_config()
     cfg.model.update(d_model=32, num_heads=2, d_ff=64, alignment_head=True,
                      alignment_jumps=jumps, alignment_attention_prior=attention_prior,
-                     dropout=0.0)
+                     alignment_reverse=reverse, dropout=0.0)
     cfg.train.update(learning_rate=3e-3, warmup_steps=20)
     graphdef, state = create_train_state(cfg, 40, 40)
     step = make_train_step(graphdef, cfg.train)
@@ -158,7 +159,7 @@ def trained_on_toy_reversal(jumps: bool = False, attention_prior: bool = True):
     test = toy_bitext(np.random.default_rng(1), 64)
     batch = toy_batch(test)
     model = nnx.merge(graphdef, state["params"])
-    _, _, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
+    _, _, _, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
                                                  batch["tgt_out"], return_weights=True)
     return model, test, weights
 

@@ -166,7 +166,7 @@ def test_without_the_prior_attention_the_prior_is_uniform_and_has_no_parameters(
     head = model.alignment_head
     assert head.query is None and head.key is None and head.query_norm is None
     batch = toy_batch([([5, 6, 7], [9, 8]), ([5], [10, 11, 12])])
-    _, _, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
+    _, _, _, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
                                                  batch["tgt_out"], return_weights=True)
     cols = np.asarray((batch["src"] != 0).sum(-1))  # pieces + </s>
     log_prior = np.asarray(weights["alignment_log_prior"])
@@ -188,7 +188,7 @@ def test_prior_weight_zero_is_ibm_model_1_and_the_ramp_starts_there(jumps):
 
     model = Transformer(small_config(alignment_jumps=jumps, dropout=0.0), rngs=nnx.Rngs(0))
     batch = toy_batch([([5, 6, 7], [9, 8]), ([5], [10, 11, 12])])
-    _, log_lik, weights = model.forward_with_alignment(
+    _, log_lik, _, weights = model.forward_with_alignment(
         batch["src"], batch["tgt_in"], batch["tgt_out"], return_weights=True, prior_weight=0.0)
     lexical = np.exp(np.minimum(np.asarray(weights["alignment_log_lexical"]), 0.0))
     cols = (batch["src"] != 0).sum(-1)[:, None]

@@ -233,6 +233,9 @@ def test_validate_config_errors():
     with pytest.raises(UserError, match="alignment_attention_prior=False needs "
                                         "model.alignment_jumps=True"):
         cli.validate_config(cfg)
+    cfg.model.alignment_attention_prior, cfg.model.alignment_reverse = True, True
+    with pytest.raises(UserError, match="model.alignment_reverse needs model.alignment_jumps"):
+        cli.validate_config(cfg)
 
 
 def test_main_guard_describes_os_errors_on_paths(capsys, monkeypatch):
