@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.fast_align and not os.access(args.fast_align, os.X_OK):
         raise UserError(f"--fast_align {args.fast_align}: not an executable file")
     from attention.align import align, split_scores
-    from attention.alignment import read_gold, read_pairs
+    from attention.alignment import REVERSE_HEAD_LAYER, read_gold, read_pairs
     from attention.alignment_scoring import SYMMETRIZE, symmetrize
 
     sources, targets = read_pairs(args.pairs)
@@ -193,8 +193,14 @@ def run(args: argparse.Namespace) -> dict:
             rev = align(args.reverse_workdir, targets, sources, symmetrize_with="none")
             add("attnmt rev", [[(i, j) for j, i in links] for links in rev["links"]],
                 settings=rev["settings"])
-            both = align(args.workdir, sources, targets, reverse_workdir=args.reverse_workdir)
-            add(f"attnmt {both['settings']['symmetrize']}", both["links"],
+        # The stored (or, with a reverse run, grow-diag-final-and) symmetrisation: of the
+        # two runs, of the run's two heads, or of one map's rows and columns.
+        both = align(args.workdir, sources, targets, reverse_workdir=args.reverse_workdir)
+        if both["settings"]["symmetrize"] != "none":
+            reverse = both["settings"]["reverse"]
+            what = ("" if reverse and reverse["layer"] != REVERSE_HEAD_LAYER
+                    else " (the two heads)" if reverse else " (rows with columns)")
+            add(f"attnmt {both['settings']['symmetrize']}{what}", both["links"],
                 settings=both["settings"])
         timing["attnmt_s"] = time.perf_counter() - start
     from importlib.metadata import version

@@ -31,6 +31,14 @@ chain leaves NULL by the prior alone). Its likelihood is the forward algorithm
 model 1's 55.6 AER to 38.3 on the RWTH German-English gold set (eflomal -m 1 vs -m 2 on
 the same text, 2026-11-25); the mixture's prior alone gains ~1.5.
 
+With `model.alignment_attention_prior=False` the chain has no prior attention: its
+transitions are softmax_i(jump(i - i')), a classical HMM aligner whose lexical table is
+neural. With `model.alignment_reverse` a second head of this class (`reverse=True`)
+models the other direction in the same run, p(x_i | y, x_<i): rows are source pieces,
+states target positions (the target `</s>` its NULL), jump biases alone, a lexical table
+t(x_i | y_j) over the source vocabulary read from the target piece's embedding; the two
+heads' links are symmetrised as two aligners' are (attention/align.py).
+
 The head is trained by maximising log p(y_j | x, y_<j) over the training bitext, beside
 the translation loss. Its inputs are `stop_gradient`-ed, so the translation model is the
 same with or without it (its BLEU does not move); only the head's own parameters learn.
