@@ -143,16 +143,22 @@ def test_the_chain_learns_the_toy_reversal_and_its_jump(attention_prior):
     # among the short jumps (the chain's start, from before piece 0 to the last source
     # word, is a jump of +3..+7 here, and scored by the same table)
     assert int(np.argmax(jump[MAX_JUMP - 2: MAX_JUMP + 3])) - 2 == -1, jump
+    assert reversal_accuracy(test, weights, "alignment_") > 0.95
+
+
+def reversal_accuracy(test, weights: dict, prefix: str) -> float:
+    """How often the HMM posterior's argmax (of the terms named `prefix` + field in
+    `weights`) is the toy reversal's link: piece j of n with piece n - 1 - j, either way."""
     right = total = 0
     for r, (a, _) in enumerate(test):
         n = len(a)
-        terms = HeadTerms(*(np.asarray(weights[f"alignment_{k}"])[r, : n + 1, : n + 1]
+        terms = HeadTerms(*(np.asarray(weights[f"{prefix}{k}"])[r, : n + 1, : n + 1]
                             for k in ("log_prior", "log_lexical")),
-                          np.asarray(weights["alignment_transition_bias"])[r, : n + 2, : n + 1])
+                          np.asarray(weights[f"{prefix}transition_bias"])[r, : n + 2, : n + 1])
         best = head_posterior(terms).argmax(-1)
         right += sum(int(best[j] == n - 1 - j) for j in range(n))
         total += n
-    assert right / total > 0.95, right / total
+    return right / total
 
 
 def test_without_the_prior_attention_the_prior_is_uniform_and_has_no_parameters():

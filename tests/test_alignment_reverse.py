@@ -11,11 +11,10 @@ from flax import nnx
 
 from data.tokenizer import PAD_ID
 from models.alignment_head import JUMP_SCALE, MAX_JUMP
-from models.forced_alignment import HeadTerms, head_posterior
 from models.training import batch_loss
 from models.transformer import Transformer
 from tests.test_alignment_head import small_config, toy_batch
-from tests.test_alignment_hmm import enumerate_chain
+from tests.test_alignment_hmm import enumerate_chain, reversal_accuracy
 
 PAIRS = [([5, 6, 7], [9, 8, 9]), ([5], [10, 11, 12])]  # target 9 twice in the first pair
 
@@ -99,14 +98,4 @@ def test_the_reverse_head_learns_the_toy_reversal():
                                                    reverse=True)
     jump = np.asarray(model.alignment_reverse.jump.value)
     assert int(np.argmax(jump[MAX_JUMP - 2: MAX_JUMP + 3])) - 2 == -1, jump
-    right = total = 0
-    for r, (a, _) in enumerate(test):
-        n = len(a)
-        terms = HeadTerms(*(np.asarray(weights[f"alignment_reverse_{k}"])[r, : n + 1, : n + 1]
-                            for k in ("log_prior", "log_lexical")),
-                          np.asarray(weights["alignment_reverse_transition_bias"])[
-                              r, : n + 2, : n + 1])
-        best = head_posterior(terms).argmax(-1)
-        right += sum(int(best[i] == n - 1 - i) for i in range(n))
-        total += n
-    assert right / total > 0.95, right / total
+    assert reversal_accuracy(test, weights, "alignment_reverse_") > 0.95
