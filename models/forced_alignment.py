@@ -211,8 +211,8 @@ class Recorded:
         if layer in HEAD_LAYERS:
             if self.terms[layer] is None:
                 flag = "alignment_head" if layer == HEAD_LAYER else "alignment_reverse"
-                raise UserError(f"--layer {layer}: {self.workdir} has no such head "
-                                f"(model.{flag})")
+                raise UserError(f"--layer {layer}: {self.workdir} has no {layer} head "
+                                f"(model.{flag} is off)")
             return layer
         if not -self.num_layers <= int(layer) < self.num_layers:
             raise UserError(f"--layer {layer}: {self.workdir} has decoder layers "

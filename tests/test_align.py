@@ -167,7 +167,8 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
     assert lexical["links"] != rec.links("alignment", False, 0.05, prior_weight=1.0)
     assert not np.allclose(rec.word_matrix(0, "alignment", False, prior_weight=0.0), matrix,
                            atol=1e-3)
-    with pytest.raises(UserError, match="--prior_weight applies to --layer alignment only"):
+    only_the_heads = r"--prior_weight applies to --layer alignment \(alignment_reverse\) only"
+    with pytest.raises(UserError, match=only_the_heads):
         align(reverse_workdir, targets, sources, layer=0, prior_weight=0.5)
     rev = [[(i, j) for j, i in links] for links in back]
     for method in ("intersect", "union", "grow-diag-final-and"):
@@ -280,9 +281,9 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
         "threshold": (["--workdir", str(absent), *good, "--threshold", "2"],
                       "--threshold must be 'argmax' or a number in (0, 1], got '2'"),
         "layer word": (["--workdir", str(absent), *good, "--layer", "top"],
-                       "--layer must be an index, 'mean' or 'alignment'"),
+                       "--layer must be an index, 'mean', 'alignment' or 'alignment_reverse'"),
         "no head": (["--workdir", str(smoke_workdir), *good, "--layer", "alignment"],
-                    "has no alignment head"),
+                    "has no alignment head (model.alignment_head is off)"),
         "plot pair": (["--workdir", str(smoke_workdir), *good, "--plot", str(tmp_path / "p.png"),
                        "--plot_pair", "10"], "--plot_pair 10: the input has pairs 0..9"),
         "bad symmetrize": (["--workdir", str(absent), *good, "--symmetrize", "grow"],
@@ -292,8 +293,9 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
                         "--layer 3: "),
         "prior weight": (["--workdir", str(absent), *good, "--prior_weight", "2"],
                          "--prior_weight must be in [0, 1], got 2"),
-        "prior weight, no head": (["--workdir", str(smoke_workdir), *good, "--prior_weight",
-                                   "0.5"], "--prior_weight applies to --layer alignment only"),
+        "prior weight, no head": (
+            ["--workdir", str(smoke_workdir), *good, "--prior_weight", "0.5"],
+            "--prior_weight applies to --layer alignment (alignment_reverse) only"),
     }
     results = parallel("attention.align", {name: argv for name, (argv, _) in cases.items()})
     for name, result in results.items():
