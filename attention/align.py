@@ -2,7 +2,7 @@
 
     python -m attention.align --workdir W (--pairs FILE | --source F --target F)
         [--gold gold.talp] [--reverse_workdir W2] [--symmetrize grow-diag-final-and|
-        intersect|union|none] [--layer L|mean|alignment] [--heads mean|0,2] [--[no]shift]
+        intersect|union|none] [--layer L|mean|alignment|alignment_reverse|alignment_joint] [--heads mean|0,2] [--[no]shift]
         [--[no]words] [--threshold argmax|X] [--prior_weight W] [--checkpoint best|last|STEP] [--select]
         [--plot PNG [--plot_pair K]]
 
@@ -26,6 +26,10 @@ marginals, which see the whole target; it is the default for such a model.
 transitions) to W in that posterior: 0 reads the lexical table alone (IBM model 1's
 reading), for a prior that has not learned where to look yet
 (`models.forced_alignment.head_posterior`).
+A run with the reverse twin (`model.alignment_reverse`) also offers `--layer
+alignment_reverse` and `--layer alignment_joint`: the geometric mean of the two heads'
+posteriors, a link where both directions agree (Liang et al. 2006's posterior decoding;
+`models.forced_alignment.joint_posterior`).
 `--words` merges the map into words first (a target word's piece rows averaged, a
 source word's piece columns summed) and reads that, instead of merging the pieces' links.
 `--reverse_workdir` adds a model of the opposite direction (its links are transposed)
@@ -74,6 +78,7 @@ from attention.align_settings import (
 from attention.alignment import (
     HEAD_LAYER,
     HEAD_LAYERS,
+    JOINT_HEADS_LAYER,
     REVERSE_HEAD_LAYER,
     format_pharaoh,
     read_gold,
@@ -104,7 +109,8 @@ def define_flags() -> None:
     flags.DEFINE_enum("symmetrize", None, [*SYMMETRIZE, "none"], "How to combine directions "
                       "(without --reverse_workdir: the map's rows with its columns).")
     flags.DEFINE_string("layer", None, "Decoder layer (negative from the end), mean, or "
-                        f"{HEAD_LAYER} (the model's alignment head) or {REVERSE_HEAD_LAYER}.")
+                        f"{HEAD_LAYER} (the model's alignment head), {REVERSE_HEAD_LAYER} "
+                        f"(its reverse twin) or {JOINT_HEADS_LAYER} (the two heads' agreement).")
     flags.DEFINE_string("heads", None, "mean, or comma-separated head indices to average.")
     flags.DEFINE_bool("shift", None, "Read the row where the target word is the input.")
     flags.DEFINE_bool("words", None, "Merge the map into words before reading it (else "
@@ -138,8 +144,8 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
     s["layer"] = rec.layer_index(s["layer"])
     if s["layer"] not in HEAD_LAYERS:
         if given.get("prior_weight") is not None:
-            raise UserError(f"--prior_weight applies to --layer {HEAD_LAYER} "
-                            f"({REVERSE_HEAD_LAYER}) only")
+            raise UserError("--prior_weight applies to the heads' layers "
+                            f"({', '.join(HEAD_LAYERS)}) only")
         s["prior_weight"] = None
     elif s["prior_weight"] is None:
         s["prior_weight"] = 1.0

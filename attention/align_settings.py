@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attention.alignment import HEAD_LAYER, HEAD_LAYERS
+from attention.alignment import HEAD_LAYERS
 from configs.errors import UserError
 
 RESULT_FILE = Path("eval") / "alignment.json"  # relative to the workdir
@@ -41,8 +41,8 @@ def parse_layer(text: str) -> int | str:
         return text
     if text.lstrip("-").isdigit():
         return int(text)
-    raise UserError(f"--layer must be an index, 'mean', '{HEAD_LAYER}' or "
-                    f"'{HEAD_LAYERS[1]}', got {text!r}")
+    names = ", ".join(f"'{name}'" for name in HEAD_LAYERS)
+    raise UserError(f"--layer must be an index, 'mean' or one of {names}, got {text!r}")
 
 
 def parse_heads(text: str) -> str | tuple[int, ...]:

@@ -53,7 +53,9 @@ from configs.files import require_file
 HEAD_LAYER = "alignment"
 # ... and the one that reads its reverse head (model.alignment_reverse): target -> source.
 REVERSE_HEAD_LAYER = "alignment_reverse"
-HEAD_LAYERS = (HEAD_LAYER, REVERSE_HEAD_LAYER)
+# ... and the one that reads the two heads' agreement: their posteriors' geometric mean.
+JOINT_HEADS_LAYER = "alignment_joint"
+HEAD_LAYERS = (HEAD_LAYER, REVERSE_HEAD_LAYER, JOINT_HEADS_LAYER)
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a new whitespace word
 SPECIAL_TOKENS = frozenset({"<s>", "</s>", "<pad>", ""})
 

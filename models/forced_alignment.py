@@ -20,6 +20,7 @@ import numpy as np
 from attention.alignment import (
     HEAD_LAYER,
     HEAD_LAYERS,
+    JOINT_HEADS_LAYER,
     REVERSE_HEAD_LAYER,
     Link,
     Unit,
@@ -168,12 +169,25 @@ def head_posterior(terms: HeadTerms, prior_weight: float = 1.0) -> np.ndarray:
     return (marginals / marginals.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
+def joint_posterior(forward: np.ndarray, reverse: np.ndarray) -> np.ndarray:
+    """Where the two heads agree, on one unit: the geometric mean sqrt(p(i | j) p(j | i))
+    of the forward head's posterior (float [n + 1, m + 1]: target piece rows, source
+    piece columns) and the reverse head's (float [m + 1, n + 1]), so a threshold d on it
+    is d^2 on their product (Liang et al. 2006's posterior decoding of two directional
+    HMMs). Returns float32 [n + 1, m + 1]; the target </s> row and the NULL column are 0:
+    a link needs both heads, and an argmax always lands on a source piece."""
+    out = np.zeros(forward.shape, np.float32)
+    out[:-1, :-1] = np.sqrt(forward[:-1, :-1] * reverse[:-1, :-1].T)
+    return out
+
+
 class Recorded:
     """One run at one checkpoint, forced-decoded on N pairs: `links(...)` for any setting.
 
     `layers` lists what `links` can read: each decoder layer's index, "mean" (of the
-    layers), HEAD_LAYER when the model has an alignment head and REVERSE_HEAD_LAYER when
-    it also has the reverse one (model.alignment_reverse).
+    layers), HEAD_LAYER when the model has an alignment head, and REVERSE_HEAD_LAYER and
+    JOINT_HEADS_LAYER (the two heads' `joint_posterior`) when it also has the reverse one
+    (model.alignment_reverse).
     """
 
     def __init__(self, workdir: str | Path, checkpoint: str, sources: Sequence[str],
@@ -200,8 +214,10 @@ class Recorded:
         self.terms = {HEAD_LAYER: head, REVERSE_HEAD_LAYER: reverse}
         self.has_head = head is not None
         self._posteriors: dict[tuple, list[np.ndarray]] = {}  # head_posteriors, per weight
-        self.layers = [*range(self.num_layers), "mean",
-                       *(layer for layer in HEAD_LAYERS if self.terms[layer] is not None)]
+        # the joint reading needs both heads (a reverse head never comes without the other)
+        present = {HEAD_LAYER: head, REVERSE_HEAD_LAYER: reverse, JOINT_HEADS_LAYER: reverse}
+        self.head_layers = [layer for layer in HEAD_LAYERS if present[layer] is not None]
+        self.layers = [*range(self.num_layers), "mean", *self.head_layers]
 
     def layer_index(self, layer: int | str) -> int | str:
         """`layer` checked against the model: "mean", one of HEAD_LAYERS or an index in
@@ -209,8 +225,8 @@ class Recorded:
         if layer == "mean":
             return layer
         if layer in HEAD_LAYERS:
-            if self.terms[layer] is None:
-                flag = "alignment_head" if layer == HEAD_LAYER else "alignment_reverse"
+            if layer not in self.head_layers:
+                flag = "alignment_reverse" if self.has_head else "alignment_head"
                 raise UserError(f"--layer {layer}: {self.workdir} has no {layer} head "
                                 f"(model.{flag} is off)")
             return layer
@@ -249,7 +265,13 @@ class Recorded:
         head `layer` (HEAD_LAYERS), computed once per weight: `--select` reads each weight
         at every threshold."""
         key = (layer, 1.0 if prior_weight is None else float(prior_weight))
-        if key not in self._posteriors:
+        if key in self._posteriors:
+            pass
+        elif layer == JOINT_HEADS_LAYER:
+            self._posteriors[key] = [joint_posterior(f, r) for f, r in zip(
+                self.head_posteriors(key[1]), self.head_posteriors(key[1], REVERSE_HEAD_LAYER),
+                strict=True)]
+        else:
             self._posteriors[key] = [head_posterior(t, key[1]) for t in self.terms[layer]]
         return self._posteriors[key]
 
@@ -267,11 +289,11 @@ class Recorded:
             rows = self.head_posteriors(prior_weight, layer)[index][:-1]  # [m, n + 1]
             merged, tgt_ids, _ = merge_into_words(rows, unit.tgt_words, unit.src_words)
             return np.ascontiguousarray(merged[:, : len(tgt_ids)].T)
-        if layer == HEAD_LAYER:
-            att = self.head_posteriors(prior_weight)[index]
+        if layer in HEAD_LAYERS:
+            att = self.head_posteriors(prior_weight, layer)[index]
         else:
             att = self.atts[index].mean(axis=0) if layer == "mean" else self.atts[index][layer]
-        rows = att[1:] if shift and layer != HEAD_LAYER else att[:-1]  # [n, m + 1]
+        rows = att[1:] if shift and layer not in HEAD_LAYERS else att[:-1]  # [n, m + 1]
         merged, src_ids, _ = merge_into_words(rows, unit.src_words, unit.tgt_words)
         return merged[:, : len(src_ids)]
 

@@ -167,7 +167,8 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
     assert lexical["links"] != rec.links("alignment", False, 0.05, prior_weight=1.0)
     assert not np.allclose(rec.word_matrix(0, "alignment", False, prior_weight=0.0), matrix,
                            atol=1e-3)
-    only_the_heads = r"--prior_weight applies to --layer alignment \(alignment_reverse\) only"
+    only_the_heads = (r"--prior_weight applies to the heads' layers \(alignment, "
+                      r"alignment_reverse, alignment_joint\) only")
     with pytest.raises(UserError, match=only_the_heads):
         align(reverse_workdir, targets, sources, layer=0, prior_weight=0.5)
     rev = [[(i, j) for j, i in links] for links in back]
@@ -196,6 +197,18 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
     assert own["settings"]["reverse"]["layer"] == "alignment_reverse"
     assert all(0 <= j < len(s.split()) and 0 <= i < len(t.split())  # (en word, de word)
                for links, s, t in zip(twin, sources, targets, strict=True) for i, j in links)
+    # The joint reading: a link where the geometric mean of the two heads' posteriors
+    # clears the threshold, so it lies within the union of the heads' own threshold links
+    # (sqrt(p q) >= d needs p >= d or q >= d) and is read from one map of the pair.
+    joint = align(reverse_workdir, targets, sources, layer="alignment_joint", threshold=0.3,
+                  keep_recorded=True)
+    assert joint["settings"]["layer"] == "alignment_joint"
+    either = [set(a) | set(b) for a, b in zip(
+        *(rec_own.links(layer, False, 0.3) for layer in ("alignment", "alignment_reverse")),
+        strict=True)]
+    assert all(set(links) <= union for links, union in zip(joint["links"], either, strict=True))
+    joint_matrix = joint["recorded"].word_matrix(0, "alignment_joint", False)
+    assert joint_matrix.shape == matrix.shape and np.all(joint_matrix >= 0)
     # Without a reverse run: the forward map's argmax rows with its columns.
     for method, words in (("union", False), ("grow-diag-final-and", True)):
         one = align(smoke_workdir, sources, targets, symmetrize_with=method, words=words,
@@ -224,16 +237,16 @@ def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, rever
     assert settings["checkpoint"] in ("20", "40") and settings["heads"] == "mean"
     # 2 checkpoints x (layer 0, mean) x shift x piece or word map x (argmax + 7
     # thresholds), both directions, and the forward maps read both ways (x 3 methods);
-    # the reverse run's alignment head and its reverse twin add 2 checkpoints x 4 prior
-    # weights x 2 maps x (argmax + 7 thresholds) each.
-    assert len(stored["grid"]) == 128 + 48 + 128 + 2 * 128
+    # the reverse run's alignment head, its reverse twin and their joint reading add 2
+    # checkpoints x 4 prior weights x 2 maps x (argmax + 7 thresholds) each.
+    assert len(stored["grid"]) == 128 + 48 + 128 + 3 * 128
     assert stored["selected_on"]["dev_sentences"] == 5
     head_grid = [g for g in stored["grid"] if g["layer"] == "alignment"]
     assert len(head_grid) == 128 and {g["prior_weight"] for g in head_grid} == {1, 0.5, 0.25, 0}
     both_ways = [g for g in stored["grid"] if g.get("symmetrize", "none") != "none"]
     assert len(both_ways) == 48 and all(g["threshold"] is None for g in both_ways)
     assert all(g["prior_weight"] is None for g in stored["grid"]
-               if g["layer"] not in ("alignment", "alignment_reverse"))
+               if g["layer"] not in ("alignment", "alignment_reverse", "alignment_joint"))
     forward = [g for g in stored["grid"] if g["direction"] == "forward"]
     assert stored["scores"]["dev"]["aer"] <= min(g["dev_aer"] for g in forward) + 1e-12
     assert stored["scores"]["dev"]["sentences"] == 5
@@ -281,7 +294,8 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
         "threshold": (["--workdir", str(absent), *good, "--threshold", "2"],
                       "--threshold must be 'argmax' or a number in (0, 1], got '2'"),
         "layer word": (["--workdir", str(absent), *good, "--layer", "top"],
-                       "--layer must be an index, 'mean', 'alignment' or 'alignment_reverse'"),
+                       "--layer must be an index, 'mean' or one of 'alignment', "
+                       "'alignment_reverse', 'alignment_joint', got 'top'"),
         "no head": (["--workdir", str(smoke_workdir), *good, "--layer", "alignment"],
                     "has no alignment head (model.alignment_head is off)"),
         "plot pair": (["--workdir", str(smoke_workdir), *good, "--plot", str(tmp_path / "p.png"),
@@ -295,7 +309,8 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
                          "--prior_weight must be in [0, 1], got 2"),
         "prior weight, no head": (
             ["--workdir", str(smoke_workdir), *good, "--prior_weight", "0.5"],
-            "--prior_weight applies to --layer alignment (alignment_reverse) only"),
+            "--prior_weight applies to the heads' layers (alignment, alignment_reverse, "
+            "alignment_joint) only"),
     }
     results = parallel("attention.align", {name: argv for name, (argv, _) in cases.items()})
     for name, result in results.items():

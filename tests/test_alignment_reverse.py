@@ -99,3 +99,24 @@ def test_the_reverse_head_learns_the_toy_reversal():
     jump = np.asarray(model.alignment_reverse.jump.value)
     assert int(np.argmax(jump[MAX_JUMP - 2: MAX_JUMP + 3])) - 2 == -1, jump
     assert reversal_accuracy(test, weights, "alignment_reverse_") > 0.95
+
+
+def test_joint_posterior_is_the_heads_geometric_mean_by_hand():
+    from models.forced_alignment import joint_posterior
+
+    # 2 target pieces (+ </s> row) x 3 source pieces (+ NULL column), and the reverse
+    # head's 3 source pieces (+ </s>) x 2 target pieces (+ NULL).
+    forward = np.array([[0.5, 0.2, 0.2, 0.1],
+                        [0.1, 0.1, 0.8, 0.0],
+                        [0.0, 0.0, 0.0, 1.0]])
+    reverse = np.array([[0.5, 0.3, 0.2],
+                        [0.8, 0.1, 0.1],
+                        [0.0, 0.2, 0.8],
+                        [0.0, 0.0, 1.0]])
+    expected = np.array([[0.5, 0.4, 0.0, 0.0],  # sqrt(.5 .5), sqrt(.2 .8), sqrt(.2 0)
+                         [np.sqrt(0.03), np.sqrt(0.01), 0.4, 0.0],
+                         [0.0, 0.0, 0.0, 0.0]])
+    np.testing.assert_allclose(joint_posterior(forward, reverse), expected, rtol=1e-6)
+    # the same agreement read from the other side
+    np.testing.assert_allclose(joint_posterior(reverse, forward)[:-1, :-1],
+                               expected[:-1, :-1].T, rtol=1e-6)
