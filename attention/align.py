@@ -1,10 +1,11 @@
 """Word alignment of any bitext with a trained model's cross-attention (issue 16).
 
     python -m attention.align --workdir W (--pairs FILE | --source F --target F)
-        [--gold gold.talp] [--reverse_workdir W2] [--symmetrize grow-diag-final-and|
-        intersect|union|none] [--layer L|mean|alignment|alignment_reverse|alignment_joint] [--heads mean|0,2] [--[no]shift]
-        [--[no]words] [--threshold argmax|X] [--prior_weight W] [--checkpoint best|last|STEP] [--select]
-        [--plot PNG [--plot_pair K]]
+        [--gold gold.talp] [--reverse_workdir W2]
+        [--symmetrize grow-diag-final-and|intersect|union|none]
+        [--layer L|mean|alignment|alignment_reverse|alignment_joint] [--heads mean|0,2]
+        [--[no]shift] [--[no]words] [--threshold argmax|X] [--prior_weight W]
+        [--checkpoint best|last|STEP] [--select] [--plot PNG [--plot_pair K]]
 
 stdout: one Pharaoh line per input pair, in order, nothing dropped: 0-indexed `i-j`
 links between the i-th source and j-th target word of the given whitespace words

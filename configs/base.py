@@ -107,6 +107,9 @@ def get_config() -> ml_collections.ConfigDict:
     # An alignment head's prior weight ramps 0 -> 1 over these steps (0 = always 1): it
     # trains as IBM model 1 first, as statistical aligners do (models/training.py).
     train.align_prior_ramp_steps = 0
+    # With model.alignment_reverse: weight of the two heads' agreement term (Liang et al.
+    # 2006; models/alignment_head.py agreement_log_likelihood), 0 = off.
+    train.align_agreement = 0.0
     train.log_every_steps = 50
     train.patience = 0  # stop after this many evals without a better BLEU (0 = off)
     train.max_minutes = 0.0  # stop after this much training time (0 = off)

@@ -243,6 +243,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                 "train.num_steps": (config.train.num_steps, 1),
                 "train.rdrop_alpha": (config.train.rdrop_alpha, 0),
                 "train.align_prior_ramp_steps": (config.train.align_prior_ramp_steps, 0),
+                "train.align_agreement": (config.train.align_agreement, 0),
                 "eval.beam_size": (config.eval.beam_size, 1),
                 "eval.batch_size": (config.eval.batch_size, 1),
                 "checkpoint.every_steps": (config.checkpoint.every_steps, 1)}
@@ -270,6 +271,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if config.model.alignment_reverse and not config.model.alignment_jumps:
         raise UserError("model.alignment_reverse needs model.alignment_jumps=True (the reverse "
                         "head is an HMM moved by jump biases)")
+    if config.train.align_agreement and not config.model.alignment_reverse:
+        raise UserError("train.align_agreement needs model.alignment_reverse=True (the "
+                        "agreement is between the head and its reverse twin)")
     if config.model.alignment_jumps and data.pack_length:
         raise UserError("model.alignment_jumps needs data.pack_length=0: its chain would run "
                         "across the pairs packed into one row")

@@ -216,3 +216,71 @@ def hmm_log_likelihood(log_prior: jnp.ndarray, log_lexical: jnp.ndarray, bias: j
     inputs = tuple(jnp.swapaxes(x, 0, 1) for x in (log_prior, log_lexical, mask))  # rows first
     _, log_norms = jax.lax.scan(row, start, inputs)
     return jnp.swapaxes(log_norms, 0, 1)
+
+
+def head_posteriors(log_prior: jnp.ndarray, log_lexical: jnp.ndarray, mask: jnp.ndarray,
+                    bias: jnp.ndarray | None, row_weights: jnp.ndarray,
+                    prior_weight: float | jnp.ndarray = 1.0) -> jnp.ndarray:
+    """The head's posteriors p(i_j = i | x, y) -- the HMM's forward-backward marginals, or
+    the mixture's per-row posterior -- as constants: float32 [B, T, S], rows of weight 0
+    all 0. They are the gradient of the weighted log-likelihood with respect to the log
+    emissions (each log t(y_j | x_i) enters the likelihood once), so one backward pass of
+    the forward algorithm gives them. Arguments as `head_log_likelihood`'s; row_weights
+    float [B, T] (1 for a real target row)."""
+    def total(lexical):
+        return jnp.sum(head_log_likelihood(log_prior, lexical, mask, bias, prior_weight)
+                       * row_weights)
+
+    return jax.lax.stop_gradient(jax.grad(total)(log_lexical))
+
+
+def agreed_posteriors(posterior: jnp.ndarray, other: jnp.ndarray, real_rows: jnp.ndarray,
+                      real_columns: jnp.ndarray) -> jnp.ndarray:
+    """One head's posterior moved toward the links the other head agrees with (Liang et
+    al. 2006's agreement E-step: the product of the two directions' marginals): each
+    real row keeps its NULL mass and shares the rest over the real columns in proportion
+    to posterior[j, i] x other[i, j]; rows the other head gives no mass to, and the rows
+    that are not real (</s>, padding), stay as they are.
+
+    posterior: float [B, T, S] (rows j, columns i, NULL and padding columns included);
+    other: float [B, S, T], the other direction's; real_rows: bool [B, T] (a real piece
+    of the rows' side); real_columns: bool [B, S] (a real piece, not NULL or padding).
+    Returns float32 [B, T, S], constant (stop-gradient), rows summing as posterior's."""
+    real = real_rows[:, :, None] & real_columns[:, None, :]
+    product = jnp.where(real, posterior * jnp.swapaxes(other, 1, 2), 0.0)
+    kept = jnp.sum(jnp.where(real, posterior, 0.0), axis=-1, keepdims=True)  # not NULL's
+    shared = jnp.sum(product, axis=-1, keepdims=True)
+    agreed = jnp.where(real_columns[:, None, :], product * kept / jnp.maximum(shared, 1e-30),
+                       posterior)
+    use = real_rows[:, :, None] & (shared > 1e-30)
+    return jax.lax.stop_gradient(jnp.where(use, agreed, posterior).astype(jnp.float32))
+
+
+def agreement_log_likelihood(terms: dict, src: jnp.ndarray, tgt_out: jnp.ndarray,
+                             prior_weight: float | jnp.ndarray = 1.0) -> jnp.ndarray:
+    """The two heads' lexical tables scored on the links both directions agree on:
+    sum q(i | j) log t(y_j | x_i) + sum q'(j | i) log t(x_i | y_j), q and q' each head's
+    `agreed_posteriors` (constants). Maximised beside the likelihood it is the M-step of
+    Liang et al. (2006)'s alignment by agreement for the emissions: each lexical table
+    learns from the links the other direction supports too (the jumps learn from the
+    likelihood alone).
+
+    terms: the forward pass's "alignment_*" and "alignment_reverse_*" terms
+    (`Transformer.forward_with_alignment`); src: int [B, S]; tgt_out: int [B, T] (no
+    packing: the chains need one pair per row). Returns a float32 scalar (a sum).
+    """
+    from data.tokenizer import EOS_ID, PAD_ID
+
+    def posteriors(prefix: str, rows: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        lexical = terms[f"{prefix}log_lexical"]
+        mask = lexical > NEG_INF / 2
+        return lexical, head_posteriors(terms[f"{prefix}log_prior"], lexical, mask,
+                                        terms[f"{prefix}transition_bias"],
+                                        (rows != PAD_ID).astype(jnp.float32), prior_weight)
+
+    lexical, forward = posteriors("alignment_", tgt_out)
+    r_lexical, reverse = posteriors("alignment_reverse_", src)
+    real_tgt, real_src = (tgt_out != PAD_ID) & (tgt_out != EOS_ID), (src != PAD_ID) & (src != EOS_ID)
+    agreed = agreed_posteriors(forward, reverse, real_tgt, real_src)
+    r_agreed = agreed_posteriors(reverse, forward, real_src, real_tgt)
+    return jnp.sum(agreed * lexical) + jnp.sum(r_agreed * r_lexical)

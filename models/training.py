@@ -32,6 +32,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from configs.base import SCHEDULES
 from configs.model import ModelConfig
 from data.tokenizer import PAD_ID
+from models.alignment_head import agreement_log_likelihood
 from models.transformer import Transformer
 
 PACKING_KEYS = ("src_segments", "tgt_segments", "src_positions", "tgt_positions")
@@ -148,7 +149,7 @@ def symmetric_kl_sum(logits_p: jnp.ndarray, logits_q: jnp.ndarray,
 
 def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_rng=None,
                head_mask: dict | None = None, rdrop_alpha: float = 0.0,
-               align_prior_weight: float | jax.Array = 1.0):
+               align_prior_weight: float | jax.Array = 1.0, align_agreement: float = 0.0):
     """Mean loss over non-pad target tokens.
 
     batch: {"src": [B, S], "tgt_in": [B, T], "tgt_out": [B, T]} int32, plus the segments and
@@ -168,13 +169,17 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     "nll_sum" stay the translation's. The head's inputs are stop-gradient, so the
     translation parameters get the same gradient as without it. `align_prior_weight` w
     raises its prior to w (0: uniform, IBM model 1; `train.align_prior_ramp_steps`).
+    With the reverse head, `align_agreement` > 0 adds that times the negative
+    `models.alignment_head.agreement_log_likelihood` (the lexical tables trained on the
+    links both heads agree on; "align_agreement_sum" in the sums, one more forward-backward
+    pass of each chain).
     """
     if rdrop_alpha:
         batch = {k: jnp.concatenate([v, v]) for k, v in batch.items()}
     packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
     with_head = model.alignment_head is not None and head_mask is None
     if with_head:
-        logits, head_ll, reverse_ll, _ = model.forward_with_alignment(
+        logits, head_ll, reverse_ll, terms = model.forward_with_alignment(
             batch["src"], batch["tgt_in"], batch["tgt_out"], dropout_rng=dropout_rng,
             prior_weight=align_prior_weight, **packing)
     else:
@@ -195,6 +200,10 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
         if reverse_ll is not None:  # model.alignment_reverse: the source pieces' too
             sums["align_nll_sum"] -= jnp.sum(reverse_ll * (batch["src"] != PAD_ID))
         total = total + sums["align_nll_sum"]
+        if align_agreement and reverse_ll is not None:
+            sums["align_agreement_sum"] = -agreement_log_likelihood(
+                terms, batch["src"], batch["tgt_out"], align_prior_weight)
+            total = total + align_agreement * sums["align_agreement_sum"]
     return total / jnp.maximum(tokens, 1.0), sums
 
 
@@ -223,7 +232,8 @@ def make_train_step(graphdef: nnx.GraphDef, cfg_train,
             model = nnx.merge(graphdef, params)
             return batch_loss(model, batch, cfg_train.label_smoothing, dropout_rng,
                               rdrop_alpha=cfg_train.rdrop_alpha,
-                              align_prior_weight=prior_weight)
+                              align_prior_weight=prior_weight,
+                              align_agreement=cfg_train.get("align_agreement", 0.0))
 
         (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         grad_norm = optax.global_norm(grads)

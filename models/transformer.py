@@ -193,14 +193,14 @@ class Transformer(nnx.Module):
         [B, T, V], the head's log p(y_j | x, y_<j) float32 [B, T] (models/alignment_head.py;
         rows past a target's end are to be weighted 0), with model.alignment_reverse the
         reverse head's log p(x_i | y, x_<i) float32 [B, S] (rows past a source's end to be
-        weighted 0; else None), the weights of `__call__` with return_weights plus the
-        head's terms -- "alignment_log_prior" log a(i | x, y_<j) and
+        weighted 0; else None), the weights of `__call__` with return_weights (else none)
+        plus the head's terms -- "alignment_log_prior" log a(i | x, y_<j) and
         "alignment_log_lexical" log t(y_j | x_i), float32 [B, T, S] (NEG_INF where masked;
         kept in logs, so a posterior that weights the prior differently is read without
         underflow), with model.alignment_jumps "alignment_transition_bias" [B, S + 1, S]
         (`AlignmentHead.transition_bias`), and the reverse head's the same with
         "alignment_reverse_" names, rows and columns swapped ([B, S, T] and [B, T + 1, T];
-        the target's `</s>` its NULL word) -- else None).
+        the target's `</s>` its NULL word)).
         """
         enc_rng, dec_rng = split_rng(dropout_rng, 2)
         memory, src_valid, enc_w = self.encode(src, segments=src_segments,
@@ -234,8 +234,7 @@ class Transformer(nnx.Module):
             terms.update(alignment_reverse_log_prior=r_prior,
                          alignment_reverse_log_lexical=r_lexical,
                          alignment_reverse_transition_bias=r_bias)
-        if return_weights:
-            weights = {"encoder_self": enc_w, **weights, **terms}
+        weights = {"encoder_self": enc_w, **weights, **terms} if return_weights else terms
         return self.target_embed.logits(states), log_likelihood, reverse_log_likelihood, weights
 
     def init_decode_state(self, memory, src_valid, max_length: int) -> DecodeState:

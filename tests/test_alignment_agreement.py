@@ -1,0 +1,90 @@
+"""Alignment by agreement (train.align_agreement): the heads' posteriors taken as the
+gradient of their likelihood equal NumPy's forward-backward, the agreed posteriors by
+hand, and the term's gradient reaches the lexical tables alone."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from data.tokenizer import PAD_ID
+from models.alignment_head import agreed_posteriors, agreement_log_likelihood, head_posteriors
+from models.forced_alignment import HeadTerms, head_posterior
+from models.training import batch_loss
+from tests.test_alignment_head import toy_batch
+from tests.test_alignment_reverse import PAIRS, reverse_model
+
+
+@pytest.mark.parametrize("prefix,rows_key", [("alignment_", "tgt_out"),
+                                             ("alignment_reverse_", "src")])
+@pytest.mark.parametrize("prior_weight", [1.0, 0.5])
+def test_head_posteriors_equal_numpy_forward_backward(prefix, rows_key, prior_weight):
+    model = reverse_model()
+    batch = toy_batch(PAIRS)
+    terms = model.forward_with_alignment(batch["src"], batch["tgt_in"], batch["tgt_out"])[3]
+    log_prior, log_lexical, bias = (terms[f"{prefix}{k}"]
+                                    for k in ("log_prior", "log_lexical", "transition_bias"))
+    rows = batch[rows_key] != PAD_ID
+    got = np.asarray(head_posteriors(log_prior, log_lexical, log_lexical > -1e8, bias,
+                                     rows.astype(np.float32), prior_weight))
+    for b in range(len(PAIRS)):
+        n = int(rows[b].sum())  # real rows, </s> included
+        m = int((np.asarray(log_lexical)[b, 0] > -1e8).sum())  # columns, NULL included
+        want = head_posterior(HeadTerms(*(np.asarray(x)[b, :n, :m] for x in (log_prior,
+                                                                           log_lexical)),
+                                        np.asarray(bias)[b, : m + 1, :m]), prior_weight)
+        np.testing.assert_allclose(got[b, :n, :m], want, rtol=1e-4, atol=1e-5)
+        assert np.all(got[b, n:] == 0) and np.all(got[b, :, m:] == 0)
+
+
+def test_agreed_posteriors_by_hand():
+    # rows: 2 target pieces and </s>; columns: 2 source pieces and NULL (the source </s>)
+    posterior = np.array([[[0.6, 0.2, 0.2],
+                           [0.3, 0.3, 0.4],
+                           [0.1, 0.1, 0.8]]])
+    # the other head: rows 2 source pieces and </s>; columns 2 target pieces and NULL
+    other = np.array([[[0.5, 0.5, 0.0],
+                       [0.0, 1.0, 0.0],
+                       [0.2, 0.2, 0.6]]])
+    real_rows, real_columns = np.array([[True, True, False]]), np.array([[True, True, False]])
+    got = np.asarray(agreed_posteriors(posterior, other, real_rows, real_columns))
+    # row 0: products (0.3, 0) share its 0.8 of real mass; row 1: (0.15, 0.3) share 0.6;
+    # the </s> row and the NULL column keep their own
+    np.testing.assert_allclose(got, [[[0.8, 0.0, 0.2],
+                                      [0.2, 0.4, 0.4],
+                                      [0.1, 0.1, 0.8]]], rtol=1e-6)
+    # A row the other head gives nothing to stays as it was.
+    other[0, :, 0] = 0.0
+    got = np.asarray(agreed_posteriors(posterior, other, real_rows, real_columns))
+    np.testing.assert_allclose(got[0, 0], [0.6, 0.2, 0.2], rtol=1e-6)
+
+
+def test_the_term_trains_the_lexical_tables_alone():
+    """The agreement term adds to the loss and its sums, and its gradient reaches only
+    the two heads' lexical tables: translation and the jump biases get the same gradient
+    with it or without it."""
+    model = reverse_model()
+    batch = toy_batch(PAIRS)
+    terms = model.forward_with_alignment(batch["src"], batch["tgt_in"], batch["tgt_out"])[3]
+    loss0, sums0 = batch_loss(model, batch, 0.1)
+    loss2, sums2 = batch_loss(model, batch, 0.1, align_agreement=2.0)
+    agreement = -float(agreement_log_likelihood(terms, batch["src"], batch["tgt_out"]))
+    assert float(sums2["align_agreement_sum"]) == pytest.approx(agreement, rel=1e-5)
+    assert agreement > 0 and "align_agreement_sum" not in sums0
+    tokens = float(sums0["tokens"])
+    assert float(loss2) == pytest.approx(float(loss0) + 2.0 * agreement / tokens, rel=1e-5)
+
+    graphdef, params = nnx.split(model, nnx.Param)
+    grads = {weight: jax.grad(lambda p, w=weight: batch_loss(nnx.merge(graphdef, p), batch,
+                                                            0.1, align_agreement=w)[0])(
+        params.to_pure_dict()) for weight in (0.0, 1.0)}
+    heads = {name: (grads[0.0].pop(name), grads[1.0].pop(name))
+             for name in ("alignment_head", "alignment_reverse")}
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+                 grads[0.0], grads[1.0])  # translation: the same
+    for without, with_term in heads.values():
+        for name in ("jump", "null_jump"):
+            np.testing.assert_allclose(without[name], with_term[name], rtol=1e-5, atol=1e-7)
+        assert not np.allclose(without["output"]["embedding"], with_term["output"]["embedding"])
+    assert jnp.isfinite(loss2)
