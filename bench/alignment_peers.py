@@ -143,7 +143,12 @@ def run(args: argparse.Namespace) -> dict:
     if args.fast_align and not os.access(args.fast_align, os.X_OK):
         raise UserError(f"--fast_align {args.fast_align}: not an executable file")
     from attention.align import align, split_scores
-    from attention.alignment import REVERSE_HEAD_LAYER, read_gold, read_pairs
+    from attention.alignment import (
+        JOINT_HEADS_LAYER,
+        REVERSE_HEAD_LAYER,
+        read_gold,
+        read_pairs,
+    )
     from attention.alignment_scoring import SYMMETRIZE, symmetrize
 
     sources, targets = read_pairs(args.pairs)
@@ -188,7 +193,9 @@ def run(args: argparse.Namespace) -> dict:
     if args.workdir:
         start = time.perf_counter()
         fwd = align(args.workdir, sources, targets, symmetrize_with="none")
-        add("attnmt fwd", fwd["links"], settings=fwd["settings"])
+        joint = fwd["settings"]["layer"] == JOINT_HEADS_LAYER  # the two heads' agreement
+        add("attnmt joint (the two heads)" if joint else "attnmt fwd", fwd["links"],
+            settings=fwd["settings"])
         if args.reverse_workdir:
             rev = align(args.reverse_workdir, targets, sources, symmetrize_with="none")
             add("attnmt rev", [[(i, j) for j, i in links] for links in rev["links"]],
