@@ -105,13 +105,34 @@ def budget_decay(train_seconds: float, decay_start_seconds: float, budget_second
     return COSINE_END + (1 - COSINE_END) * 0.5 * (1 + math.cos(math.pi * done))
 
 
+HEAD_PARAMS = ("alignment_head", "alignment_reverse")  # the alignment heads' subtrees
+
+
+def clip_apart(max_norm: float) -> optax.GradientTransformation:
+    """`optax.clip_by_global_norm` on the translation model's gradients and, apart, on the
+    alignment heads' (HEAD_PARAMS): the heads' gradients never shrink translation's
+    update, so with their stop-gradient inputs the translation model trains exactly as
+    without them (one global norm let the head's loss scale translation's step), and
+    translation's never shrink theirs. Without heads it is clip_by_global_norm."""
+    clip = optax.clip_by_global_norm(max_norm)
+
+    def update(updates, state, params=None):
+        groups = ({k: v for k, v in updates.items() if k not in HEAD_PARAMS},
+                  {k: v for k, v in updates.items() if k in HEAD_PARAMS})
+        clipped = [clip.update(group, state)[0] if group else group for group in groups]
+        return {**clipped[0], **clipped[1]}, state
+
+    return optax.GradientTransformation(clip.init, update)
+
+
 def build_optimizer(cfg_train) -> optax.GradientTransformation:
-    """AdamW with gradient clipping; weight decay skips biases and layer-norm parameters."""
+    """AdamW with gradient clipping (the translation model's and the alignment heads'
+    apart, `clip_apart`); weight decay skips biases and layer-norm parameters."""
     def decay_mask(params):
         return jax.tree.map(lambda x: x.ndim > 1, params)
 
     return optax.chain(
-        optax.clip_by_global_norm(cfg_train.grad_clip) if cfg_train.grad_clip > 0 else optax.identity(),
+        clip_apart(cfg_train.grad_clip) if cfg_train.grad_clip > 0 else optax.identity(),
         optax.adamw(learning_rate_schedule(cfg_train), b1=cfg_train.adam_b1, b2=cfg_train.adam_b2,
                     eps=1e-9, weight_decay=cfg_train.weight_decay, mask=decay_mask),
     )

@@ -4,6 +4,7 @@ translation model's gradient alone, and that it learns a known alignment."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
@@ -177,3 +178,34 @@ def test_the_head_learns_a_known_alignment():
         right += sum(int(best[r, j] == n - 1 - j) for j in range(n))
         total += n
     assert right / total > 0.95, right / total
+
+
+def test_a_train_step_moves_translation_as_without_the_heads():
+    """Clipping takes the translation's gradient norm apart from the heads' (clip_apart):
+    steps under a tight clip leave the translation parameters where a model without
+    heads puts them (a few steps: Adam's first is blind to the gradient's scale), and
+    each group is clipped to the norm."""
+    from models.training import clip_apart
+
+    batches = [toy_batch(toy_bitext(np.random.default_rng(seed), 4)) for seed in range(3)]
+    after = {}
+    for heads in (False, True):
+        cfg = smoke.get_config()
+        cfg.model.update(d_model=16, num_heads=2, d_ff=32, alignment_head=heads,
+                         alignment_jumps=heads, alignment_reverse=heads, dropout=0.0)
+        cfg.train.update(grad_clip=0.01, warmup_steps=1)  # every step clipped
+        graphdef, state = create_train_state(cfg, 40, 40)
+        step = make_train_step(graphdef, cfg.train)
+        for batch in batches:
+            state, _ = step(state, batch)
+        after[heads] = jax.device_get(state["params"])
+    for name in ("alignment_head", "alignment_reverse"):
+        assert name not in after[False] and name in after[True]
+        after[True].pop(name)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8),
+                 after[False], after[True])
+
+    grads = {"embed": jnp.full((4,), 3.0), "alignment_head": {"w": jnp.full((9,), 4.0)}}
+    clipped, _ = clip_apart(1.0).update(grads, optax.EmptyState())
+    assert float(jnp.linalg.norm(clipped["embed"])) == pytest.approx(1.0, rel=1e-6)
+    assert float(jnp.linalg.norm(clipped["alignment_head"]["w"])) == pytest.approx(1.0, rel=1e-6)
