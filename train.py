@@ -237,12 +237,17 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
                                f"at step {loop.best_step})")
             patience_over = bool(cfg.train.patience) and loop.bad_evals >= cfg.train.patience
 
-            if itstime(step, cfg.checkpoint.every_steps, final or patience_over) or bleu is not None:
+            # One reading of the signal for the save and the break: a signal that arrives
+            # while this step is logged or evaluated (host syncs, most of a step's wall
+            # time) still saves it before the loop stops.
+            stopping = bool(stop.signum)
+            if (itstime(step, cfg.checkpoint.every_steps, final or patience_over or stopping)
+                    or bleu is not None):
                 check_finite()
                 loop.train_seconds = trained_before + time.time() - session_start
                 ckpt.save(manager, step, state, dataclasses.asdict(loop), bleu)
 
-            if stop.signum:
+            if stopping:
                 break
             if patience_over or out_of_time:
                 why = f"no BLEU gain in {loop.bad_evals} evals" if patience_over else "time budget"
