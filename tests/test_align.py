@@ -262,7 +262,7 @@ def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, rever
     assert "selected on the first 5 pairs" in selected.stderr
     # A flag given wins over the stored value.
     other = run_module("attention.align", *flags, "--symmetrize", "none", "--layer", "mean",
-                       "--threshold", "argmax", "--noshift")
+                       "--threshold", "argmax", "--noshift", "--nowords")
     assert other.returncode == 0, other.stderr[-2000:]
     assert "layer mean, heads mean, argmax; symmetrize none" in other.stderr
 
