@@ -58,6 +58,7 @@ From Python: `align(workdir, sources, targets, golds=...) -> dict` and `select(.
 from __future__ import annotations
 
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -136,8 +137,8 @@ def plot_pair(result: dict, sources: Sequence[str], targets: Sequence[str],
     sure, possible = golds[pair] if golds is not None else (None, None)
     fig = alignment_figure(matrix, targets[pair].split(), sources[pair].split(), sure=sure,
                            possible=possible, predicted=result["links"][pair],
-                           title=f"pair {pair} · {describe(settings)}\n"  # two lines fit
-                                 f"symmetrize {settings['symmetrize']}",
+                           title=textwrap.fill(f"pair {pair} · {describe(settings)}; "  # fits
+                                               f"symmetrize {settings['symmetrize']}", 64),
                            xlabel="source words (</s> left out)", ylabel="target words")
     save_png(fig, out)
 
