@@ -52,7 +52,7 @@ model): the bare command reproduces the figures. `--plot PNG` also draws one pai
 (`--plot_pair`, default 0) as a word-level map of what the links were read from, with
 its links and, with `--gold`, its gold links on it.
 From Python: `align(workdir, sources, targets, golds=...) -> dict` and `select(...)`
-(attention/aligner.py, importable from here too).
+(models/aligner.py, importable from here too).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ from attention.align_settings import (
     parse_layer,
     parse_threshold,
 )
-from attention.aligner import DEV_SENTENCES, align, select, split_scores
+from models.aligner import DEV_SENTENCES, align, select, split_scores
 from attention.alignment import (
     HEAD_LAYER,
     JOINT_HEADS_LAYER,

@@ -50,7 +50,7 @@ if str(REPO) not in sys.path:
 from bench import finish  # noqa: E402
 
 GOLD_DIR = REPO.parent / "shared" / "data" / "alignment" / "de-en"
-DEV = 100  # attention.aligner.DEV_SENTENCES, without importing absl/JAX before the checks
+DEV = 100  # models.aligner.DEV_SENTENCES, without importing absl/JAX before the checks
 
 
 def machine() -> str:
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> dict:
                         "(or pip install eflomal)") from None
     if args.fast_align and not os.access(args.fast_align, os.X_OK):
         raise UserError(f"--fast_align {args.fast_align}: not an executable file")
-    from attention.aligner import align, split_scores
+    from models.aligner import align, split_scores
     from attention.alignment import (
         JOINT_HEADS_LAYER,
         REVERSE_HEAD_LAYER,
