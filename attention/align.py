@@ -72,7 +72,6 @@ from attention.align_settings import (
     parse_layer,
     parse_threshold,
 )
-from models.aligner import DEV_SENTENCES, align, select, split_scores
 from attention.alignment import (
     HEAD_LAYER,
     JOINT_HEADS_LAYER,
@@ -86,6 +85,7 @@ from attention.alignment_scoring import SYMMETRIZE
 from configs import cli
 from configs.errors import UserError
 from configs.files import prepare_output_folder
+from models.aligner import DEV_SENTENCES, align, select, split_scores
 
 __all__ = ["DEV_SENTENCES", "align", "main", "select", "split_scores"]  # align/select: aligner.py
 

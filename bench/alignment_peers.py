@@ -142,7 +142,6 @@ def run(args: argparse.Namespace) -> dict:
                         "(or pip install eflomal)") from None
     if args.fast_align and not os.access(args.fast_align, os.X_OK):
         raise UserError(f"--fast_align {args.fast_align}: not an executable file")
-    from models.aligner import align, split_scores
     from attention.alignment import (
         JOINT_HEADS_LAYER,
         REVERSE_HEAD_LAYER,
@@ -150,6 +149,7 @@ def run(args: argparse.Namespace) -> dict:
         read_pairs,
     )
     from attention.alignment_scoring import SYMMETRIZE, symmetrize
+    from models.aligner import align, split_scores
 
     sources, targets = read_pairs(args.pairs)
     golds = read_gold(args.gold, sources, targets)
