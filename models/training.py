@@ -113,16 +113,27 @@ def clip_apart(max_norm: float) -> optax.GradientTransformation:
     alignment heads' (HEAD_PARAMS): the heads' gradients never shrink translation's
     update, so with their stop-gradient inputs the translation model trains exactly as
     without them (one global norm let the head's loss scale translation's step), and
-    translation's never shrink theirs. Without heads it is clip_by_global_norm."""
-    clip = optax.clip_by_global_norm(max_norm)
-
+    translation's never shrink theirs. Without heads it is clip_by_global_norm. The
+    updates keep their container (a dict, or an nnx.State)."""
     def update(updates, state, params=None):
-        groups = ({k: v for k, v in updates.items() if k not in HEAD_PARAMS},
-                  {k: v for k, v in updates.items() if k in HEAD_PARAMS})
-        clipped = [clip.update(group, state)[0] if group else group for group in groups]
-        return {**clipped[0], **clipped[1]}, state
+        def is_head(path) -> bool:  # the top-level name (a dict key or a State's)
+            return bool(path) and getattr(path[0], "key", getattr(path[0], "name", None)) \
+                in HEAD_PARAMS
 
-    return optax.GradientTransformation(clip.init, update)
+        def norm(head: bool) -> jax.Array:
+            leaves = [u for path, u in jax.tree_util.tree_leaves_with_path(updates)
+                      if is_head(path) == head]
+            return optax.global_norm(leaves)
+
+        norms = {head: norm(head) for head in (False, True)}
+
+        def clip(path, u):  # as optax.clip_by_global_norm, per group
+            g = norms[is_head(path)]
+            return jnp.where(g < max_norm, u, (u / jnp.maximum(g, 1e-30)) * max_norm)
+
+        return jax.tree_util.tree_map_with_path(clip, updates), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def build_optimizer(cfg_train) -> optax.GradientTransformation:
