@@ -2,7 +2,8 @@
 (`translate_ids`), and the attention maps of a few sentences (`record_maps`, or
 `record_maps_grouped` for any number of them, in batches of similar length).
 
-The search algorithms themselves are in models/search.py; this module compiles them.
+The search algorithms themselves are in models/search.py and models/beam_search.py;
+this module compiles them.
 `translate_ids` is shared by validation in train.py and by evaluate.py: sentences are
 sorted by length (`data.batching.eval_batches`), padded to multiples of `bucket_step`,
 and the maximum target length is bucketed too, so jit compiles a handful of shapes.
@@ -31,7 +32,8 @@ from tqdm import tqdm
 
 from data.batching import eval_batches, length_groups, restore_order
 from data.tokenizer import EOS_ID, PAD_ID
-from models.search import SearchOutput, beam_search, max_target_length
+from models.beam_search import beam_search
+from models.search import SearchOutput, max_target_length
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "beam_size", "max_length",

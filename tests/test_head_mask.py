@@ -9,7 +9,8 @@ from flax import nnx
 
 from attention import CrossAttention
 from configs.model import ModelConfig
-from models.search import beam_search, greedy_search
+from models.beam_search import beam_search
+from models.search import greedy_search
 from models.transformer import Transformer
 
 KINDS = ("encoder_self", "decoder_self", "cross")

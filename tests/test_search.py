@@ -12,7 +12,7 @@ from flax import nnx
 from attention import CrossKV, KVCache
 from configs.model import ModelConfig
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from models import search
+from models import beam_search, search
 from models.transformer import DecodeState, Transformer
 from models.translate import _translate_jit, to_token_lists, translate
 
@@ -206,7 +206,7 @@ def prefix_search(tables, src, alpha, *, beam, max_length, early_exit=True, retu
     if beam == 0:
         return search.greedy_search(model, src, max_length=max_length,
                                     return_weights=return_weights)
-    return search._beam_search(model, src, beam_size=beam, alpha=alpha, max_length=max_length,
+    return beam_search._beam_search(model, src, beam_size=beam, alpha=alpha, max_length=max_length,
                                return_weights=return_weights, early_exit=early_exit)
 
 
@@ -222,8 +222,8 @@ def test_max_target_length_and_penalty():
     assert search.max_target_length([3, 7, 5]) == 21  # ceil(1.5 * 7 + 10) = ceil(20.5)
     assert search.max_target_length(np.array([7]), multiple=8) == 24
     assert search.max_target_length([4], ratio=2.0, extra=0) == 8
-    np.testing.assert_allclose(search.gnmt_penalty(7, 0.6), (12 / 6) ** 0.6, rtol=1e-6)
-    np.testing.assert_allclose(search.gnmt_penalty(3, 0.0), 1.0)
+    np.testing.assert_allclose(beam_search.gnmt_penalty(7, 0.6), (12 / 6) ** 0.6, rtol=1e-6)
+    np.testing.assert_allclose(beam_search.gnmt_penalty(3, 0.0), 1.0)
 
 
 def test_to_token_lists():
@@ -480,7 +480,7 @@ def test_filler_rows_are_done_from_the_start():
     src = jnp.array([[5, 6, 7, EOS_ID]])
     padded = jnp.concatenate([src, jnp.zeros((3, 4), jnp.int32)])
     for decode in (lambda s: search.greedy_search(model, s, max_length=12),
-                   lambda s: search.beam_search(model, s, beam_size=3, max_length=12)):
+                   lambda s: beam_search.beam_search(model, s, beam_size=3, max_length=12)):
         alone, together = decode(src), decode(padded)
         np.testing.assert_array_equal(np.asarray(together.tokens[0]), np.asarray(alone.tokens[0]))
     greedy = search.greedy_search(model, padded, max_length=12)
