@@ -29,13 +29,21 @@ PRIOR_WEIGHTS = (1.0, 0.5, 0.25, 0.0)  # the head's posterior: prior^w x lexical
 TOP_PER_DIRECTION = 5  # each direction's best settings combined by --select
 
 
+def _given_or_stored(given: dict, stored: dict, keys) -> dict:
+    """Each of `keys` given, else stored (else None); a given "argmax" threshold is None
+    and words are a bool."""
+    s = {k: given[k] if given.get(k) is not None else stored.get(k) for k in keys}
+    s["threshold"] = None if given.get("threshold") == "argmax" else s["threshold"]
+    s["words"] = bool(s["words"])
+    return s
+
+
 def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size, max_tokens):
     """(settings, Recorded) of one direction: given > stored > built-in default."""
-    s = {k: given[k] if given.get(k) is not None else stored.get(k) for k in SETTING_KEYS}
+    s = _given_or_stored(given, stored, SETTING_KEYS)
     s["checkpoint"] = s["checkpoint"] or "best"
     s["heads"] = "mean" if s["heads"] in (None, "mean") else tuple(s["heads"])
-    s["shift"], s["words"] = bool(s["shift"]), bool(s["words"])
-    s["threshold"] = None if given.get("threshold") == "argmax" else s["threshold"]
+    s["shift"] = bool(s["shift"])
     rec = Recorded(workdir, s["checkpoint"], sources, targets, s["heads"], batch_size, max_tokens)
     s["checkpoint"] = str(rec.step)
     if s["layer"] is None:  # the head when there is one, else the penultimate layer
@@ -55,11 +63,9 @@ def _own_reverse(fwd: dict, stored: dict, given: dict) -> dict:
     """The settings of a run's own reverse head (REVERSE_HEAD_LAYER) as the reverse
     direction: the forward's checkpoint; words, threshold and prior weight given >
     stored > default."""
-    s = {k: given[k] if given.get(k) is not None else stored.get(k)
-         for k in ("words", "threshold", "prior_weight")}
-    threshold = None if given.get("threshold") == "argmax" else s["threshold"]
+    s = _given_or_stored(given, stored, ("words", "threshold", "prior_weight"))
     return {"checkpoint": fwd["checkpoint"], "layer": REVERSE_HEAD_LAYER, "heads": fwd["heads"],
-            "shift": False, "words": bool(s["words"]), "threshold": threshold,
+            "shift": False, "words": s["words"], "threshold": s["threshold"],
             "prior_weight": 1.0 if s["prior_weight"] is None else s["prior_weight"]}
 
 

@@ -84,7 +84,8 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
     Returns (per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
     y_0..y_{n-1}), source column (m pieces, then </s>); per unit `HeadTerms`, or None
     without a head; per unit the reverse head's `HeadTerms` with rows and columns swapped
-    ([m + 1, n + 1], bias [n + 2, n + 1]), or None without model.alignment_reverse). Units go in batches of similar length, padded to a multiple of
+    ([m + 1, n + 1], bias [n + 2, n + 1]), or None without model.alignment_reverse).
+    Units go in batches of similar length, padded to a multiple of
     PAD_MULTIPLE, at most `limit` (padding is masked: the rows of the real tokens are the
     same).
     """
@@ -264,15 +265,17 @@ class Recorded:
         """Per unit, the posterior `head_posterior(terms, prior_weight)` (None = 1) of the
         head `layer` (HEAD_LAYERS), computed once per weight: `--select` reads each weight
         at every threshold."""
-        key = (layer, 1.0 if prior_weight is None else float(prior_weight))
-        if key in self._posteriors:
-            pass
-        elif layer == JOINT_HEADS_LAYER:
-            self._posteriors[key] = [joint_posterior(f, r) for f, r in zip(
-                self.head_posteriors(key[1]), self.head_posteriors(key[1], REVERSE_HEAD_LAYER),
-                strict=True)]
-        else:
-            self._posteriors[key] = [head_posterior(t, key[1]) for t in self.terms[layer]]
+        weight = 1.0 if prior_weight is None else float(prior_weight)
+        key = (layer, weight)
+        if key not in self._posteriors:
+            if layer == JOINT_HEADS_LAYER:  # from the two heads' own (cached) posteriors
+                forward, reverse = (self.head_posteriors(weight, name)
+                                    for name in (HEAD_LAYER, REVERSE_HEAD_LAYER))
+                posteriors = [joint_posterior(f, r) for f, r in zip(forward, reverse,
+                                                                    strict=True)]
+            else:
+                posteriors = [head_posterior(t, weight) for t in self.terms[layer]]
+            self._posteriors[key] = posteriors
         return self._posteriors[key]
 
     def word_matrix(self, pair: int, layer, shift: bool,
