@@ -29,7 +29,8 @@ SCORE = r"precision: (\d+\.\d\d) recall: (\d+\.\d\d)"
 @pytest.fixture(scope="module")
 def reverse_workdir(tmp_path_factory) -> Path:
     """The smoke config trained en->de (40 steps, ~20 s) with an alignment head (its HMM
-    form, model.alignment_jumps) and its reverse twin (model.alignment_reverse), so the
+    form, model.alignment_jumps) and its reverse twin (model.alignment_reverse), their
+    lexical tables reading a neighbour on each side (model.alignment_context), so the
     tests read the cross-attention (de->en), the head's posterior (en->de) and the
     reverse head's (de->en, from the same run)."""
     workdir = tmp_path_factory.mktemp("smoke_en_de") / "run"
@@ -37,7 +38,8 @@ def reverse_workdir(tmp_path_factory) -> Path:
                         "--config.data.source_lang=en", "--config.data.target_lang=de",
                         "--config.model.alignment_head=True",
                         "--config.model.alignment_jumps=True",
-                        "--config.model.alignment_reverse=True")
+                        "--config.model.alignment_reverse=True",
+                        "--config.model.alignment_context=1")
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
@@ -379,3 +381,34 @@ def test_alignment_peers_without_eflomal_is_one_line():
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr == ("error: eflomal is not installed: pip install -e '.[bench]' "
                              "(or pip install eflomal)\n")
+
+
+def test_alignment_readings_bench(reverse_workdir, tmp_path):
+    """bench/alignment_readings.py on the en->de run (pairs and gold swapped to its
+    direction): one row per kept checkpoint, each reading's scores equal to `align`'s
+    with the same fixed settings."""
+    sources, targets = read_pairs(PAIRS)
+    pairs = tmp_path / "swapped.en-de"
+    pairs.write_text("".join(f"{t} ||| {s}\n" for s, t in zip(sources, targets, strict=True)))
+    gold = tmp_path / "swapped.talp"
+    gold.write_text("".join(" ".join(re.sub(r"(\d+)([-p])(\d+)", r"\3\2\1", link)
+                                     for link in line.split()) + "\n"
+                            for line in GOLD.read_text().splitlines()))
+    out = tmp_path / "readings.json"
+    result = run_script("bench/alignment_readings.py", "--workdir", str(reverse_workdir),
+                        "--pairs", str(pairs), "--gold", str(gold), "--json", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    kept = sorted(int(p.name) for p in (reverse_workdir / "checkpoints").iterdir()
+                  if p.name.isdigit())
+    assert [row["step"] for row in data["rows"]] == kept
+    from attention.align import align
+
+    en, de = read_pairs(pairs)
+    golds = read_gold(gold, en, de)
+    last = data["rows"][-1]
+    assert len(last["readings"]) == 4
+    joint = align(reverse_workdir, en, de, golds=golds, checkpoint=str(kept[-1]),
+                  layer="alignment_joint", threshold=0.3, words=True, prior_weight=0.5)
+    assert last["readings"]["joint, word map, W = 0.5, threshold 0.3"] == joint["scores"]["all"]
+    assert "| run, step |" in result.stdout
