@@ -111,6 +111,9 @@ def get_config() -> ml_collections.ConfigDict:
     # With model.alignment_reverse: weight of the two heads' agreement term (Liang et al.
     # 2006; models/alignment_head.py agreement_log_likelihood), 0 = off.
     train.align_agreement = 0.0
+    # ... from this step on (0 = from the start; e.g. the end of the prior's ramp, so the
+    # heads agree on HMM posteriors rather than IBM model 1's).
+    train.align_agreement_start = 0
     train.log_every_steps = 50
     train.patience = 0  # stop after this many evals without a better BLEU (0 = off)
     train.max_minutes = 0.0  # stop after this much training time (0 = off)

@@ -244,6 +244,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                 "train.rdrop_alpha": (config.train.rdrop_alpha, 0),
                 "train.align_prior_ramp_steps": (config.train.align_prior_ramp_steps, 0),
                 "train.align_agreement": (config.train.align_agreement, 0),
+                "train.align_agreement_start": (config.train.align_agreement_start, 0),
                 "eval.beam_size": (config.eval.beam_size, 1),
                 "eval.batch_size": (config.eval.batch_size, 1),
                 "checkpoint.every_steps": (config.checkpoint.every_steps, 1)}

@@ -181,7 +181,8 @@ def symmetric_kl_sum(logits_p: jnp.ndarray, logits_q: jnp.ndarray,
 
 def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_rng=None,
                head_mask: dict | None = None, rdrop_alpha: float = 0.0,
-               align_prior_weight: float | jax.Array = 1.0, align_agreement: float = 0.0):
+               align_prior_weight: float | jax.Array = 1.0,
+               align_agreement: float | jax.Array = 0.0):
     """Mean loss over non-pad target tokens.
 
     batch: {"src": [B, S], "tgt_in": [B, T], "tgt_out": [B, T]} int32, plus the segments and
@@ -204,7 +205,8 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     With the reverse head, `align_agreement` > 0 adds that times the negative
     `models.alignment_head.agreement_log_likelihood` (the lexical tables trained on the
     links both heads agree on; "align_agreement_sum" in the sums, one more forward-backward
-    pass of each chain).
+    pass of each chain; a traced weight, `train.align_agreement_start`'s gate, always
+    computes the term).
     """
     if rdrop_alpha:
         batch = {k: jnp.concatenate([v, v]) for k, v in batch.items()}
@@ -232,7 +234,7 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
         if reverse_ll is not None:  # model.alignment_reverse: the source pieces' too
             sums["align_nll_sum"] -= jnp.sum(reverse_ll * (batch["src"] != PAD_ID))
         total = total + sums["align_nll_sum"]
-        if align_agreement and reverse_ll is not None:
+        if reverse_ll is not None and (isinstance(align_agreement, jax.Array) or align_agreement):
             sums["align_agreement_sum"] = -agreement_log_likelihood(
                 terms, batch["src"], batch["tgt_out"], align_prior_weight)
             total = total + align_agreement * sums["align_agreement_sum"]
@@ -255,17 +257,21 @@ def make_train_step(graphdef: nnx.GraphDef, cfg_train,
     base_key = jax.random.key(cfg_train.seed)
     optimizer = optimizer or build_optimizer(cfg_train)
     ramp = cfg_train.get("align_prior_ramp_steps", 0)  # configs from before the key: none
+    agreement = cfg_train.get("align_agreement", 0.0)
+    agreement_start = cfg_train.get("align_agreement_start", 0) if agreement else 0
 
     def step_fn(state: dict, batch: dict, lr_scale: jax.Array | None = None):
         dropout_rng = jax.random.fold_in(base_key, state["step"])
         prior_weight = jnp.minimum(1.0, state["step"] / ramp) if ramp else 1.0
+        agreement_weight = (jnp.where(state["step"] >= agreement_start, agreement, 0.0)
+                            if agreement_start else agreement)
 
         def loss_fn(params):
             model = nnx.merge(graphdef, params)
             return batch_loss(model, batch, cfg_train.label_smoothing, dropout_rng,
                               rdrop_alpha=cfg_train.rdrop_alpha,
                               align_prior_weight=prior_weight,
-                              align_agreement=cfg_train.get("align_agreement", 0.0))
+                              align_agreement=agreement_weight)
 
         (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         grad_norm = optax.global_norm(grads)

@@ -1,6 +1,7 @@
 """Alignment by agreement (train.align_agreement): the heads' posteriors taken as the
 gradient of their likelihood equal NumPy's forward-backward, the agreed posteriors by
-hand, and the term's gradient reaches the lexical tables alone."""
+hand, the term's gradient reaches the lexical tables alone, and train.align_agreement_start
+gates it by step."""
 
 import jax
 import jax.numpy as jnp
@@ -8,10 +9,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from configs import smoke
 from data.tokenizer import PAD_ID
 from models.alignment_head import agreed_posteriors, agreement_log_likelihood, head_posteriors
 from models.forced_alignment import HeadTerms, head_posterior
-from models.training import batch_loss
+from models.training import batch_loss, create_train_state, make_train_step
 from tests.test_alignment_head import toy_batch
 from tests.test_alignment_reverse import PAIRS, reverse_model
 
@@ -88,3 +90,38 @@ def test_the_term_trains_the_lexical_tables_alone():
             np.testing.assert_allclose(without[name], with_term[name], rtol=1e-5, atol=1e-7)
         assert not np.allclose(without["output"]["embedding"], with_term["output"]["embedding"])
     assert jnp.isfinite(loss2)
+
+
+def test_agreement_start_gates_the_term_by_step():
+    """With train.align_agreement_start = 3, steps 0-2 move the parameters exactly as
+    without agreement (and, once the warmup's learning rate is above 0, not as with it
+    from step 0); step 3 moves them otherwise."""
+    def train_state(**train):
+        cfg = smoke.get_config()
+        cfg.model.update(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
+                         num_decoder_layers=1, alignment_head=True, alignment_jumps=True,
+                         alignment_reverse=True, dropout=0.0)
+        cfg.train.update(**train)
+        graphdef, state = create_train_state(cfg, 40, 40)
+        return make_train_step(graphdef, cfg.train), state
+
+    batch = toy_batch(PAIRS)
+    runs = {name: train_state(**train) for name, train in (
+        ("gated", dict(align_agreement=2.0, align_agreement_start=3)),
+        ("off", dict(align_agreement=0.0)), ("on", dict(align_agreement=2.0)))}
+    states = {name: state for name, (_, state) in runs.items()}
+
+    def same(a, b):
+        return all(np.allclose(x, y, rtol=1e-6, atol=1e-7) for x, y in zip(
+            jax.tree.leaves(states[a]["params"]), jax.tree.leaves(states[b]["params"]),
+            strict=True))
+
+    for number in range(4):
+        for name, (step, _) in runs.items():
+            states[name], metrics = step(states[name], batch)
+            assert float(metrics["align_agreement_sum"] if name != "off" else 1) > 0
+        if number < 3:
+            assert same("gated", "off"), number
+            assert number == 0 or not same("gated", "on"), number
+        else:
+            assert not same("gated", "off")
