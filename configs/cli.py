@@ -275,11 +275,6 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if config.train.align_agreement and not config.model.alignment_reverse:
         raise UserError("train.align_agreement needs model.alignment_reverse=True (the "
                         "agreement is between the head and its reverse twin)")
-    if config.model.alignment_context and not config.model.alignment_head:
-        raise UserError("model.alignment_context needs model.alignment_head=True")
-    if config.model.alignment_context and data.pack_length:
-        raise UserError("model.alignment_context needs data.pack_length=0: a piece's "
-                        "neighbours would come from the pairs packed beside it")
     if config.model.alignment_jumps and data.pack_length:
         raise UserError("model.alignment_jumps needs data.pack_length=0: its chain would run "
                         "across the pairs packed into one row")

@@ -61,9 +61,6 @@ class ModelConfig:
     # by the target's (an HMM over target positions moved by jump biases alone), so one
     # run gives both directions to symmetrise; needs alignment_jumps.
     alignment_reverse: bool = False
-    # Neighbours on each side the heads' lexical tables read beside the piece itself
-    # (t(y | x_i-k..x_i+k); 0: the piece alone, as in the IBM models). Needs alignment_head.
-    alignment_context: int = 0
 
     @classmethod
     def from_config(cls, model: Mapping[str, Any], *, src_vocab_size: int,
@@ -88,9 +85,6 @@ class ModelConfig:
         if self.d_model % self.num_heads:
             raise UserError(f"model.d_model={self.d_model} is not divisible by "
                             f"model.num_heads={self.num_heads}")
-        if self.alignment_context < 0:
-            raise UserError(f"model.alignment_context must be 0 or more, got "
-                            f"{self.alignment_context}")
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")

@@ -16,12 +16,7 @@ alignment layers of Zenkel et al. 2020 / Chen et al. 2020):
   * the lexical table t(y | x_i) is a softmax over the target vocabulary computed from the
     source piece's *embedding* alone (no context, no position): so a link can only be
     earned by what the source piece itself translates to, as in IBM models. The source
-    `</s>` plays IBM's NULL word. With `model.alignment_context` = k the table also reads
-    the embeddings of the k pieces on each side (`context_windows`): a piece of a split
-    word, or an ambiguous one, is scored knowing its neighbours -- as the feed-forward
-    lexicon models of the neural HMMs read a window around the aligned source word
-    (Alkhouli et al. 2016; Wang et al. 2017) -- yet there is still no sentence-wide
-    state, which could explain any target piece from any position.
+    `</s>` plays IBM's NULL word.
 
 With `model.alignment_jumps` the prior also depends on where the previous target piece
 went, as in the HMM aligners (Vogel et al. 1996; eflomal's second stage): the source
@@ -91,12 +86,6 @@ class AlignmentHead(nnx.Module):
         self.query_norm = nnx.LayerNorm(d, epsilon=1e-6, **kw) if attention else None
         self.query = nnx.Linear(d, d, **kw) if attention else None
         self.key = nnx.Linear(d, d, **kw) if attention else None
-        # model.alignment_context: the table reads the piece's k neighbours on each side
-        # too (a window of embeddings, projected back to d), starting as the piece alone.
-        self.context = config.alignment_context
-        self.lexical_context = nnx.Linear(
-            (2 * self.context + 1) * d, d, kernel_init=_center_identity(self.context, d),
-            **kw) if self.context else None
         self.lexical_up = nnx.Linear(d, config.d_ff, **kw)
         self.lexical_down = nnx.Linear(config.d_ff, d, **kw)
         self.lexical_norm = nnx.LayerNorm(d, epsilon=1e-6, **kw)
@@ -113,16 +102,13 @@ class AlignmentHead(nnx.Module):
 
     def log_terms(self, decoder_states: jnp.ndarray, memory: jnp.ndarray,
                   source_embeddings: jnp.ndarray, targets: jnp.ndarray,
-                  mask: jnp.ndarray, real: jnp.ndarray | None = None
-                  ) -> tuple[jnp.ndarray, jnp.ndarray]:
+                  mask: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
         """(log a(i | x, y_<j), log t(y_j | x_i)) for every target row j and source piece i.
 
         decoder_states: [B, T, D], the final (normed) decoder state of the row predicting
         targets[:, j]; memory: [B, S, D] encoder outputs; source_embeddings: [B, S, D]
         token rows of the source (no positions); targets: int [B, T]; mask: bool
-        [B, T, S], True where row j may link to piece i; real: bool [B, S], a real piece
-        (not `</s>` or padding), needed with model.alignment_context (the window reads
-        only real neighbours; `</s>`, the NULL word, reads none). All float inputs are taken as
+        [B, T, S], True where row j may link to piece i. All float inputs are taken as
         constants (stop_gradient). Returns two float32 [B, T, S], NEG_INF where masked
         (the prior's rows sum to 1 over the unmasked pieces; uniform without the prior
         attention, when decoder_states and memory are not read).
@@ -137,9 +123,6 @@ class AlignmentHead(nnx.Module):
             prior = jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(q.shape[-1])
         log_prior = jax.nn.log_softmax(jnp.where(mask, prior, NEG_INF), axis=-1)
 
-        if self.lexical_context is not None:
-            source_embeddings = self.lexical_context(
-                context_windows(source_embeddings, real, self.context))
         h = source_embeddings + self.lexical_down(jax.nn.relu(self.lexical_up(source_embeddings)))
         h = self.lexical_norm(h)  # [B, S, D]: what source piece i translates to
         table, bias = self.output.embedding[...], self.output_bias[...]
@@ -172,36 +155,6 @@ class AlignmentHead(nnx.Module):
         bias = jnp.where(from_null[:, :, None], 0.0, bias[None])
         return jnp.where(null[:, None, :], JUMP_SCALE * self.null_jump[...].astype(jnp.float32),
                          bias)
-
-
-def _center_identity(context: int, d: int):
-    """Kernel init of the window projection: the piece's own block the identity, its
-    neighbours' blocks 0 (the table starts as the context-free one)."""
-    def init(key, shape, dtype=jnp.float32):
-        del key
-        return jnp.zeros(shape, dtype).at[context * d:(context + 1) * d].set(jnp.eye(d, dtype=dtype))
-    return init
-
-
-def context_windows(rows: jnp.ndarray, real: jnp.ndarray, context: int) -> jnp.ndarray:
-    """Each piece's row beside its `context` neighbours' on each side: [B, S, D] ->
-    [B, S, (2 context + 1) D], blocks in order from i - context to i + context.
-
-    real: bool [B, S]. A neighbour that is not real (`</s>`, padding, past either end)
-    reads as zeros, and so do all neighbours of a piece that is not real: NULL keeps its
-    own row alone.
-    """
-    width = rows.shape[1]
-    kept = rows * real[..., None]
-    blocks = []
-    for offset in range(-context, context + 1):
-        if offset == 0:
-            blocks.append(rows)
-            continue
-        padded = jnp.pad(kept, ((0, 0), (max(-offset, 0), max(offset, 0)), (0, 0)))
-        start = max(offset, 0)
-        blocks.append(padded[:, start:start + width] * real[..., None])
-    return jnp.concatenate(blocks, axis=-1)
 
 
 def joint_from_terms(log_prior: jnp.ndarray, log_lexical: jnp.ndarray,

@@ -215,8 +215,7 @@ class Transformer(nnx.Module):
             mask = segment_mask(tgt_segments, src_segments)[:, 0]
         rows = self.source_embed.tokens.embedding[...][src] * self.source_embed.d_model**0.5
         head = self.alignment_head
-        log_prior, log_lexical = head.log_terms(states, memory, rows, tgt_out, mask,
-                                                (src != PAD_ID) & (src != EOS_ID))
+        log_prior, log_lexical = head.log_terms(states, memory, rows, tgt_out, mask)
         bias = head.transition_bias(src == EOS_ID)  # None for the mixture
         log_likelihood = head_log_likelihood(log_prior, log_lexical, mask, bias, prior_weight)
         terms = {"alignment_log_prior": log_prior, "alignment_log_lexical": log_lexical,
@@ -228,8 +227,7 @@ class Transformer(nnx.Module):
                            * self.target_embed.d_model**0.5)
             reverse_mask = jnp.broadcast_to((tgt_out != PAD_ID)[:, None, :],
                                             (*src.shape, tgt_out.shape[1]))
-            r_prior, r_lexical = reverse.log_terms(None, None, target_rows, src, reverse_mask,
-                                                   (tgt_out != PAD_ID) & (tgt_out != EOS_ID))
+            r_prior, r_lexical = reverse.log_terms(None, None, target_rows, src, reverse_mask)
             r_bias = reverse.transition_bias(tgt_out == EOS_ID)
             reverse_log_likelihood = head_log_likelihood(r_prior, r_lexical, reverse_mask,
                                                           r_bias, prior_weight)

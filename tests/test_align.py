@@ -29,8 +29,7 @@ SCORE = r"precision: (\d+\.\d\d) recall: (\d+\.\d\d)"
 @pytest.fixture(scope="module")
 def reverse_workdir(tmp_path_factory) -> Path:
     """The smoke config trained en->de (40 steps, ~20 s) with an alignment head (its HMM
-    form, model.alignment_jumps) and its reverse twin (model.alignment_reverse), their
-    lexical tables reading a neighbour on each side (model.alignment_context), so the
+    form, model.alignment_jumps) and its reverse twin (model.alignment_reverse), so the
     tests read the cross-attention (de->en), the head's posterior (en->de) and the
     reverse head's (de->en, from the same run)."""
     workdir = tmp_path_factory.mktemp("smoke_en_de") / "run"
@@ -38,8 +37,7 @@ def reverse_workdir(tmp_path_factory) -> Path:
                         "--config.data.source_lang=en", "--config.data.target_lang=de",
                         "--config.model.alignment_head=True",
                         "--config.model.alignment_jumps=True",
-                        "--config.model.alignment_reverse=True",
-                        "--config.model.alignment_context=1")
+                        "--config.model.alignment_reverse=True")
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
