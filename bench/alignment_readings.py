@@ -38,20 +38,16 @@ READINGS = (
 def run(args: argparse.Namespace) -> dict:
     from attention.alignment import read_gold, read_pairs
     from attention.alignment_scoring import alignment_scores
-    from configs import cli
-    from models.checkpoint import make_manager
     from models.compilation import enable_compilation_cache
     from models.forced_alignment import Recorded
-    from models.loading import checkpoint_dir
+    from models.loading import kept_steps
 
     enable_compilation_cache()
     sources, targets = read_pairs(args.pairs)
     golds = read_gold(args.gold, sources, targets)
     rows = []
     for workdir in args.workdir:
-        cfg = cli.load_config_json(workdir)
-        manager = make_manager(checkpoint_dir(workdir), cfg.checkpoint.keep, read_only=True)
-        kept = sorted(manager.all_steps())
+        kept = kept_steps(workdir)
         steps = [s for s in kept if not args.steps or s in args.steps]
         if args.steps and len(steps) < len(args.steps):
             missing = sorted(set(args.steps) - set(kept))

@@ -151,15 +151,10 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
     symmetrisation of the map's rows with its columns or "none")], best first. The
     forward direction (not `transpose`) also reads each map both ways (argmax rows with
     the columns, each SYMMETRIZE method)."""
-    from models.checkpoint import make_manager
-    from models.loading import checkpoint_dir
+    from models.loading import kept_steps
 
-    cfg = cli.load_config_json(workdir)
-    if given.get("checkpoint"):
-        steps = [given["checkpoint"]]
-    else:
-        manager = make_manager(checkpoint_dir(Path(workdir)), cfg.checkpoint.keep, read_only=True)
-        steps = [str(s) for s in sorted(manager.all_steps())]
+    steps = [given["checkpoint"]] if given.get("checkpoint") else [str(s) for s in
+                                                                     kept_steps(workdir)]
     heads = "mean" if given.get("heads") in (None, "mean") else tuple(given["heads"])
     word_maps = (False, True) if given.get("words") is None else (bool(given["words"]),)
     readings = [(t, "none") for t in (None, *THRESHOLDS)]

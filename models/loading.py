@@ -94,6 +94,16 @@ def checkpoint_dir(workdir: Path) -> Path:
     return directory
 
 
+def kept_steps(workdir: str | Path) -> list[int]:
+    """The steps of a run's saved checkpoints, oldest first (UserError: none)."""
+    from models import checkpoint as ckpt
+
+    cfg = cli.load_config_json(workdir)
+    manager = ckpt.make_manager(checkpoint_dir(Path(workdir)), cfg.checkpoint.keep,
+                                read_only=True)
+    return sorted(manager.all_steps())
+
+
 def resolve_steps(manager, checkpoint: str | None, average_last: int = 0) -> list[int]:
     """Checkpoint step(s) to load, oldest first.
 

@@ -205,8 +205,8 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     With the reverse head, `align_agreement` > 0 adds that times the negative
     `models.alignment_head.agreement_log_likelihood` (the lexical tables trained on the
     links both heads agree on; "align_agreement_sum" in the sums, one more forward-backward
-    pass of each chain; a traced weight, `train.align_agreement_start`'s gate, always
-    computes the term).
+    pass of each chain; a traced weight, as the train step passes it with
+    `train.align_agreement_start`'s gate, always computes the term).
     """
     if rdrop_alpha:
         batch = {k: jnp.concatenate([v, v]) for k, v in batch.items()}
@@ -258,13 +258,13 @@ def make_train_step(graphdef: nnx.GraphDef, cfg_train,
     optimizer = optimizer or build_optimizer(cfg_train)
     ramp = cfg_train.get("align_prior_ramp_steps", 0)  # configs from before the key: none
     agreement = cfg_train.get("align_agreement", 0.0)
-    agreement_start = cfg_train.get("align_agreement_start", 0) if agreement else 0
+    agreement_start = cfg_train.get("align_agreement_start", 0)
 
     def step_fn(state: dict, batch: dict, lr_scale: jax.Array | None = None):
         dropout_rng = jax.random.fold_in(base_key, state["step"])
         prior_weight = jnp.minimum(1.0, state["step"] / ramp) if ramp else 1.0
         agreement_weight = (jnp.where(state["step"] >= agreement_start, agreement, 0.0)
-                            if agreement_start else agreement)
+                            if agreement else 0.0)
 
         def loss_fn(params):
             model = nnx.merge(graphdef, params)
