@@ -46,9 +46,11 @@ PRIOR_WEIGHTS) x shift x piece or word map x threshold (argmax and THRESHOLDS) a
 argmax rows with the columns (each symmetrisation) on the first 100 pairs alone, with a
 reverse model (or head) also the symmetrisations of each direction's best 5, keeps the
 lowest dev AER and stores it in `<workdir>/eval/alignment.json`. A flag not given takes
-that stored value, else the built-in default (best checkpoint, the head or else the
-penultimate layer, heads mean, no shift, argmax; grow-diag-final-and with a reverse
-model): the bare command reproduces the figures. `--plot PNG` also draws one pair
+that stored value, else the built-in default (best checkpoint; the joint reading of a
+run with both heads, as word maps, threshold 0.3, prior weight 0.25
+(`models.aligner.JOINT_READING`); else the head, or else the penultimate layer, argmax;
+heads mean, no shift; grow-diag-final-and with a reverse model): the bare command
+reproduces the figures. `--plot PNG` also draws one pair
 (`--plot_pair`, default 0) as a word-level map of what the links were read from, with
 its links and, with `--gold`, its gold links on it.
 From Python: `align(workdir, sources, targets, golds=...) -> dict` and `select(...)`

@@ -20,6 +20,7 @@ from conftest import run_module, run_script
 
 from attention.alignment import parse_pharaoh, read_gold, read_pairs
 from attention.alignment_scoring import symmetrize
+from models.aligner import JOINT_READING
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PAIRS, GOLD = FIXTURES / "rwth_de_en.head10.de-en", FIXTURES / "rwth_de_en.head10.talp"
@@ -144,12 +145,24 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
 
     sources, targets = read_pairs(PAIRS)
     fwd = align(smoke_workdir, sources, targets)["links"]
-    backward = align(reverse_workdir, targets, sources)
+    backward = align(reverse_workdir, targets, sources, keep_recorded=True)
     back = backward["links"]  # (en, de) links
-    assert backward["settings"]["layer"] == "alignment"  # the head, when the model has one
+    # A run with both heads reads their joint posterior by default (JOINT_READING) ...
+    assert {k: backward["settings"][k] for k in ("layer", *JOINT_READING)} == {
+        "layer": "alignment_joint", **JOINT_READING}
+    assert back == backward["recorded"].links("alignment_joint", False, 0.3, prior_weight=0.25,
+                                              words=True)
+    assert back != backward["recorded"].links("alignment", False, None)
+    # ... each given setting wins over it, and a given layer has its own defaults.
+    low = align(reverse_workdir, targets, sources, threshold=0.05)
+    assert (low["settings"]["threshold"], low["settings"]["prior_weight"]) == (0.05, 0.25)
+    assert align(reverse_workdir, targets, sources, threshold="argmax")["settings"][
+        "threshold"] is None
+    head = align(reverse_workdir, targets, sources, layer="alignment")
+    assert (head["settings"]["words"], head["settings"]["threshold"]) == (False, None)
     # The word map --plot draws: [target words, source words], a row's mass at most 1 (the
     # rest is on </s>), and the argmax links read from the same posterior sit on it.
-    rec = align(reverse_workdir, targets, sources, keep_recorded=True)["recorded"]
+    rec = backward["recorded"]
     matrix = rec.word_matrix(0, "alignment", False)
     assert matrix.shape == (len(sources[0].split()), len(targets[0].split()))
     assert np.all(matrix >= 0) and np.all(matrix.sum(axis=1) <= 1 + 1e-5)
@@ -159,9 +172,11 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
     # The prior weight: 1 is the head's own posterior (the default); 0 the lexical table
     # alone, another map (the smoke model's argmax links happen to agree); only the head
     # has one.
-    assert backward["settings"]["prior_weight"] == 1.0
-    assert align(reverse_workdir, targets, sources, prior_weight=1.0)["links"] == back
-    lexical = align(reverse_workdir, targets, sources, prior_weight=0.0, threshold=0.05)
+    assert head["settings"]["prior_weight"] == 1.0
+    assert align(reverse_workdir, targets, sources, layer="alignment",
+                 prior_weight=1.0)["links"] == head["links"]
+    lexical = align(reverse_workdir, targets, sources, layer="alignment", prior_weight=0.0,
+                    threshold=0.05)
     assert lexical["settings"]["prior_weight"] == 0.0
     assert lexical["links"] == rec.links("alignment", False, 0.05, prior_weight=0.0)
     assert lexical["links"] != rec.links("alignment", False, 0.05, prior_weight=1.0)
