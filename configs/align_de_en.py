@@ -24,6 +24,24 @@ select the reading on the first 100 gold pairs:
 
 (`:en-de` swaps the sides, for a run of the other direction, `--reverse_workdir`.)
 
+Another language pair is the same recipe with `:<source>-<target>` (nothing in it is
+German-specific): its files go to `data_folder` (`runs/align_data_<a>-<b>`, the codes
+sorted). French-English, say, with a `fr ||| en` bitext PAIRS to align and Multi30k's
+French and English text beside it (repeat the pairs so that they are a tenth or more of
+the text):
+
+    D=runs/align_data_en-fr; mkdir -p $D
+    (zcat data/multi30k/train.fr.gz; for i in $(seq 10); do sed 's/ ||| .*//' PAIRS; done) > $D/train.fr
+    (zcat data/multi30k/train.en.gz; for i in $(seq 10); do sed 's/.* ||| //' PAIRS; done) > $D/train.en
+    python train.py --config configs/align_de_en.py:fr-en --workdir runs/align_fr_en
+    python -m attention.align --workdir runs/align_fr_en --pairs PAIRS > links.txt
+
+A pair that Multi30k lacks validates on `valid.<code>` files made beside the training
+ones (the first 200 pairs, say: `head -200 PAIRS | sed 's/ ||| .*//' > $D/valid.ro`).
+Without a `--select` of its own (no gold links to choose on), the command reads the two
+heads' joint posterior the way the German-English runs selected (`models.aligner.
+JOINT_READING`).
+
 The model is the CPU recipe's (configs/multi30k_de_en_cpu.py: 4+4 layers, d_model 128)
 with room for Europarl-length sentences (the gold pairs have up to 40 words, ~70
 pieces a side): max_length 160, learned nothing position-specific (sinusoidal), an
@@ -51,26 +69,43 @@ fixed reading of docs/alignment.md); with agreement from step 0 instead, 35.2. C
 the time (the curve is nearly flat after 1,000 steps); the full 8,000 steps ~5 h.
 """
 
+import re
+
 import ml_collections
 
 from configs import multi30k_de_en_cpu
 
-DATA = "runs/align_data"
-VALID = "data/multi30k/val"
+DATA = "runs/align_data"  # German-English; another pair's files go to DATA + "_<a>-<b>"
+MULTI30K = "data/multi30k"
+MULTI30K_LANGS = ("de", "en", "fr")  # validation on Multi30k's when it has both sides
+
+
+def data_folder(source: str, target: str) -> str:
+    """Where the training (and, outside Multi30k, validation) files of a pair are made:
+    DATA for German-English (its runs were made there), else DATA_<a>-<b>, the two
+    codes sorted (one folder for both directions)."""
+    a, b = sorted((source, target))
+    return DATA if (a, b) == ("de", "en") else f"{DATA}_{a}-{b}"
 
 
 def get_config(direction: str = "de-en") -> ml_collections.ConfigDict:
-    """The alignment config of `direction`, "de-en" (default) or "en-de"."""
-    if direction not in ("de-en", "en-de"):
-        raise ValueError(f"direction must be 'de-en' or 'en-de', got {direction!r}")
+    """The alignment config of `direction`: "de-en" (default), "en-de", or any
+    "<source>-<target>" of two language codes (the files of `data_folder`)."""
+    if not re.fullmatch(r"[a-z]{2,3}-[a-z]{2,3}", direction) or len(set(direction.split("-"))) < 2:
+        raise ValueError(f"direction must be two language codes like 'de-en' or 'fr-en', "
+                         f"got {direction!r}")
     source, target = direction.split("-")
+    data = data_folder(source, target)
     config = multi30k_de_en_cpu.get_config()
     config.data.dataset = "text"
     config.data.source_lang, config.data.target_lang = source, target
-    config.data.train_source, config.data.train_target = (f"{DATA}/train.{source}",
-                                                          f"{DATA}/train.{target}")
-    config.data.valid_source, config.data.valid_target = (f"{VALID}.{source}.gz",
-                                                          f"{VALID}.{target}.gz")
+    config.data.train_source, config.data.train_target = (f"{data}/train.{source}",
+                                                          f"{data}/train.{target}")
+    if source in MULTI30K_LANGS and target in MULTI30K_LANGS:
+        valid = (f"{MULTI30K}/val.{source}.gz", f"{MULTI30K}/val.{target}.gz")
+    else:  # made beside the training files (the module docstring)
+        valid = (f"{data}/valid.{source}", f"{data}/valid.{target}")
+    config.data.valid_source, config.data.valid_target = valid
     config.data.test_source, config.data.test_target = config.data.valid_source, \
         config.data.valid_target
     config.data.max_length = 160

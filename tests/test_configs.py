@@ -96,6 +96,15 @@ def test_experiment_specifics():
         assert (align.data.source_lang, align.data.target_lang) == (src, tgt)
         assert align.data.train_source.endswith(f"train.{src}")
         assert align.data.valid_target.endswith(f"val.{tgt}.gz")
+    # Any other pair: its own folder for both directions, Multi30k's validation set when
+    # Multi30k has both languages, else files beside the training ones.
+    fr_en = parse(["prog", f"--config={ROOT / 'configs/align_de_en.py'}:fr-en"])
+    assert fr_en.data.train_source == "runs/align_data_en-fr/train.fr"
+    assert fr_en.data.valid_target == "data/multi30k/val.en.gz"
+    ro_en = parse(["prog", f"--config={ROOT / 'configs/align_de_en.py'}:en-ro"])
+    assert (ro_en.data.train_target, ro_en.data.valid_source) == (
+        "runs/align_data_en-ro/train.ro", "runs/align_data_en-ro/valid.en")
+    assert ro_en.model.alignment_reverse and ro_en.train.align_agreement == 1.0
 
 
 def test_overrides_through_absl_flags():
