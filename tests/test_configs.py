@@ -105,6 +105,10 @@ def test_experiment_specifics():
     assert (ro_en.data.train_target, ro_en.data.valid_source) == (
         "runs/align_data_en-ro/train.ro", "runs/align_data_en-ro/valid.en")
     assert ro_en.model.alignment_reverse and ro_en.train.align_agreement == 1.0
+    from configs import align_de_en
+    from data.corpora import MULTI30K_LANGS
+
+    assert align_de_en.MULTI30K_LANGS == MULTI30K_LANGS  # repeated there: layering
 
 
 def test_overrides_through_absl_flags():
