@@ -7,7 +7,7 @@
     python evaluate.py --workdir runs/de_en_seeds     # the parent of `train.py --seeds N`
 
 Flags (defaults in brackets):
-  --workdir            a training run directory (required)
+  --workdir            a training run directory (required, but for --seed_results)
   --split              valid | test of the configured dataset [test, unless --source]
   --source, --reference  any text file (plain or gzip; `-` = stdin) instead of --split;
                        without --reference only translations are written
@@ -28,6 +28,7 @@ Flags (defaults in brackets):
                        the mean of their log-probabilities at each step; maps of the
                        first); they must share its tokenizer and direction [none]
   --name               output name [see below]
+  --seed_results F1,.. --output OUT.json  summarize stored per-seed results (below)
 
 Outputs, in `<workdir>/eval/` (each written atomically, so a failed or interrupted run
 never leaves a half file over a good one):
@@ -75,6 +76,17 @@ standard deviations bleu_std, bleu_lc_tok_std, chrf and chrf_std, per_seed {scor
 [values]}, workdirs (the seed runs), name, workdir, num_seeds, split, source, reference,
 checkpoint_steps (per seed), decoding, files {json, seeds}, time. `<name>` is the seeds'
 own name, with the requested checkpoint (`best`, `last`) when their steps differ.
+Seeds whose runs are no longer side by side (trained in other sessions or on other
+machines) are summarized from their stored results, without decoding:
+
+    python evaluate.py --seed_results results/multi30k_de_en_seed0.json,results/multi30k_de_en_seed1.json,results/multi30k_de_en_seed2.json \\
+        --output results/multi30k_de_en.json
+
+writes the same summary to `--output` (its name is the file's stem, its workdir the
+seed runs' common parent, else null). The files must be scored results of different
+runs that share the direction, split, source, reference, number of sentences, beam
+size, length penalty, checkpoint rule and number of averaged checkpoints, and the
+scores they carry.
 
 stdout gets `BLEU = ...` with the sacreBLEU signature, chrF, the number of sentences
 and the decoding speed. With `--source -` stdout gets the translations instead (one
@@ -185,6 +197,9 @@ def define_flags() -> None:
     for field in dataclasses.fields(EvalOptions):
         kind = str(field.type).split(" |")[0]  # "int | None" -> "int"
         define[kind](field.name, field.default, FLAG_HELP[field.name])
+    flags.DEFINE_list("seed_results", [], "Summarize these stored evaluate.py JSON files of "
+                      "one recipe's seeds into --output, instead of evaluating a --workdir.")
+    flags.DEFINE_string("output", None, "The summary file of --seed_results (.json).")
 
 
 # --------------------------------------------------------------------------- outputs
@@ -338,13 +353,9 @@ def evaluate_seeds(parent: Path, runs: list[Path], opts: EvalOptions) -> dict:
         label = averaged + first["checkpoint"]["requested"]
     name = opts.name or default_name(output_base(opts.split, opts.source), label,
                                      first["decoding"]["beam_size"])
-    summary = seeds.summarize(results)
-    summary.update(name=name, workdir=str(parent), num_seeds=len(runs), split=first["split"],
-                   source=first["source"], reference=first["reference"],
-                   checkpoint_steps=[r["checkpoint"]["steps"] for r in results],
-                   decoding=first["decoding"],
-                   files={"json": str(out_dir / f"{name}.json"),
-                          "seeds": [r["files"]["json"] for r in results]}, time=time.time())
+    summary = seeds.summary_record(results, name=name, workdir=str(parent),
+                                   json_path=out_dir / f"{name}.json",
+                                   seed_files=[r["files"]["json"] for r in results])
     write_atomic(out_dir / f"{name}.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     print("\n".join(seeds.summary_lines(summary)), flush=True)
     return summary
@@ -364,6 +375,12 @@ def main(argv):
         # Python would print at exit ("Exception ignored in: <coroutine ...>"), after
         # our one-line error. They carry nothing the error line does not say.
         sys.unraisablehook = _quiet_coroutines
+    if FLAGS.seed_results or FLAGS.output:
+        if FLAGS.workdir or not (FLAGS.seed_results and FLAGS.output):
+            raise UserError("--seed_results and --output go together, without --workdir")
+        summary = seeds.summarize_files(FLAGS.seed_results, FLAGS.output)
+        print("\n".join(seeds.summary_lines(summary)), flush=True)
+        return
     if not FLAGS.workdir:
         raise UserError("--workdir is required")
     evaluate(FLAGS.workdir, **{f.name: FLAGS[f.name].value

@@ -2,18 +2,24 @@
 config (`train.seed = k`) into `<parent>/seed<k>/`, and `evaluate.py --workdir <parent>`
 evaluates every seed run and summarizes its scores over seeds (mean and sample standard
 deviation), so that a difference between recipes can be told from run-to-run noise.
+`evaluate.py --seed_results F1,F2,.. --output OUT` makes the same summary from stored
+per-seed results (`summarize_files`), for seeds trained in different sessions or on
+different machines whose checkpoints are no longer side by side.
 
 Light (no JAX): evaluate.py checks its inputs before importing JAX.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
+import time
 from pathlib import Path
 
 from configs.cli import CONFIG_JSON
 from configs.errors import UserError
+from configs.files import write_atomic
 
 SEED_DIR = re.compile(r"seed(\d+)")
 # The scores summarized, in the summary's key order (bleu_lc_tok with --compat_lc_tok).
@@ -76,6 +82,93 @@ def summarize(results: list[dict]) -> dict:
         summary.update(stats["chrf"])
     summary["per_seed"] = values
     summary["workdirs"] = [r["workdir"] for r in results]
+    return summary
+
+
+def summary_record(results: list[dict], *, name: str, workdir: str | None,
+                   json_path: str | Path, seed_files: list[str]) -> dict:
+    """The summary JSON of per-seed results (evaluate.py's docstring): `summarize`'s
+    scores, then name, workdir (the seeds' parent), num_seeds, split, source, reference,
+    checkpoint_steps (per seed), decoding, files {json, seeds} and time."""
+    first = results[0]
+    summary = summarize(results)
+    summary.update(name=name, workdir=workdir, num_seeds=len(results), split=first["split"],
+                   source=first["source"], reference=first["reference"],
+                   checkpoint_steps=[r["checkpoint"]["steps"] for r in results],
+                   decoding=first["decoding"],
+                   files={"json": str(json_path), "seeds": seed_files}, time=time.time())
+    return summary
+
+
+# What the stored results of one recipe's seeds must share to be summarized as one: the
+# text scored, the decoding and the checkpoint rule (the steps themselves may differ).
+SAME_IN_EVERY_SEED = ("source_lang", "target_lang", "split", "source", "reference",
+                      "num_sentences", "decoding.beam_size", "decoding.length_penalty",
+                      "checkpoint.requested", "checkpoint.averaged", "averaged_checkpoints",
+                      "scores")
+
+
+def _shared_fields(result: dict) -> dict:
+    out = {key: result.get(key) for key in SAME_IN_EVERY_SEED[:6]}
+    out.update({"decoding.beam_size": result["decoding"].get("beam_size"),
+                "decoding.length_penalty": result["decoding"].get("length_penalty"),
+                "checkpoint.requested": result["checkpoint"].get("requested"),
+                "checkpoint.averaged": result["checkpoint"].get("averaged"),
+                "averaged_checkpoints": len(result["checkpoint"].get("steps", ())),
+                "scores": [k for k in SCORES if k in result]})
+    return out
+
+
+def load_seed_result(path: str | Path) -> dict:
+    """One seed's stored evaluate.py JSON; UserError for a file that is not the scored
+    result of one run (a summary, an ensemble, translations without a reference)."""
+    path = Path(path)
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path}: not a JSON file ({e})") from None
+    if not isinstance(result, dict) or "per_seed" in result or not {
+            "workdir", "bleu", "checkpoint", "decoding", "split"} <= result.keys():
+        raise UserError(f"{path}: not the evaluate.py JSON of one training run")
+    if "ensemble" in result:
+        raise UserError(f"{path}: the result of an ensemble, not of one seed")
+    if result["bleu"] is None:
+        raise UserError(f"{path}: has no scores (translated without a reference)")
+    return result
+
+
+def summarize_files(paths: list[str | Path], output: str | Path) -> dict:
+    """The summary over seeds (`summary_record`) of stored per-seed evaluate.py JSON
+    files, written atomically to `output` (a .json file; its stem is the summary's name).
+
+    The files must come from different runs and share SAME_IN_EVERY_SEED. Raises
+    UserError, before anything is written, for a file that is not such a result.
+    """
+    output = Path(output)
+    if not paths:
+        raise UserError("--seed_results needs at least one evaluate.py JSON file")
+    if output.suffix != ".json":
+        raise UserError(f"--output {output}: must be a .json file")
+    if any(output.resolve() == Path(p).resolve() for p in paths):
+        raise UserError(f"--output {output} is one of the --seed_results files")
+    results = [load_seed_result(p) for p in paths]
+    first = _shared_fields(results[0])
+    for path, result in zip(paths[1:], results[1:], strict=True):
+        other = _shared_fields(result)
+        for key in SAME_IN_EVERY_SEED:
+            if other[key] != first[key]:
+                raise UserError(f"{path} has {key} {other[key]!r}, {paths[0]} has "
+                                f"{first[key]!r}: not the same evaluation of seeds of one recipe")
+    workdirs = [r["workdir"] for r in results]
+    if len(set(workdirs)) < len(workdirs):
+        raise UserError(f"--seed_results: two files come from the same run ({workdirs})")
+    parents = {str(Path(w).parent) for w in workdirs}
+    summary = summary_record(results, name=output.stem,
+                             workdir=parents.pop() if len(parents) == 1 else None,
+                             json_path=output, seed_files=[str(p) for p in paths])
+    write_atomic(output, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
 
 

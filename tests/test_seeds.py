@@ -10,7 +10,7 @@ import pytest
 from conftest import run_script
 
 from configs.errors import UserError
-from models.seeds import summarize
+from models.seeds import summarize, summarize_files
 
 TRAIN = ("--config", "configs/smoke.py", "--config.train.num_steps=2",
          "--config.eval.every_steps=2", "--config.checkpoint.every_steps=2",
@@ -39,6 +39,97 @@ def test_summary_is_numpy_mean_and_sample_std():
     unscored = summarize([_result("s0", None, None), _result("s1", None, None)])
     assert unscored["bleu"] is None and unscored["chrf_std"] is None
     assert "bleu_lc_tok" not in unscored
+
+
+def _stored(seed: int, scores: tuple[float, float, float], **changes) -> dict:
+    """An evaluate.py JSON of seed run `seed` with scores (bleu, bleu_lc_tok, chrf) and
+    the keys a summary reads; `changes` replace keys ("outer.inner" for nested ones)."""
+    bleu, lc, chrf = scores
+    result = {"name": "test.avg2-step8.beam5", "workdir": f"runs/r/seed{seed}", "split": "test",
+              "source": "multi30k test (de)", "reference": "multi30k test (en)",
+              "source_lang": "de", "target_lang": "en", "num_sentences": 1000,
+              "checkpoint": {"requested": "last", "steps": [7, 8 + seed], "averaged": True},
+              "decoding": {"beam_size": 5, "decode": "beam", "length_penalty": 1.0},
+              "bleu": bleu, "chrf": chrf, "bleu_lc_tok": lc, "files": {}}
+    for key, value in changes.items():
+        if "." in key:
+            outer, inner = key.split(".")
+            result[outer] = {**result[outer], inner: value}
+        else:
+            result[key] = value
+    return result
+
+
+def _write(folder, results: list[dict]) -> list[str]:
+    paths = []
+    for k, result in enumerate(results):
+        paths.append(str(folder / f"seed{k}.json"))
+        (folder / f"seed{k}.json").write_text(json.dumps(result))
+    return paths
+
+
+def test_summary_of_stored_seed_results(tmp_path):
+    results = [_stored(0, (42.72, 43.06, 62.42)), _stored(1, (42.0, 42.5, 62.0)),
+               _stored(2, (43.5, 43.75, 63.0))]
+    paths = _write(tmp_path, results)
+    out = tmp_path / "headline.json"
+    summary = summarize_files(paths, out)
+    assert json.loads(out.read_text()) == summary
+    assert {k: summary[k] for k in summarize(results)} == summarize(results)
+    assert list(summary)[:4] == ["bleu", "bleu_lc_tok", "bleu_std", "bleu_lc_tok_std"]
+    assert summary["name"] == "headline" and summary["workdir"] == "runs/r"
+    assert summary["num_seeds"] == 3 and summary["files"] == {"json": str(out), "seeds": paths}
+    assert summary["checkpoint_steps"] == [[7, 8], [7, 9], [7, 10]]  # steps may differ
+
+    result = run_script("evaluate.py", "--seed_results", ",".join(paths), "--output",
+                        str(tmp_path / "cli.json"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "BLEU (lowercased Moses-tokenized, compat) = 43.10 ± 0.63" in result.stdout
+    cli = json.loads((tmp_path / "cli.json").read_text())
+    assert {k: v for k, v in cli.items() if k not in ("name", "files", "time")} == \
+        {k: v for k, v in summary.items() if k not in ("name", "files", "time")}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"decoding.beam_size": 1}, "decoding.beam_size 1"),
+    ({"split": "valid"}, "split 'valid'"),
+    ({"checkpoint.steps": [8]}, "averaged_checkpoints 1"),
+    ({"target_lang": "fr"}, "target_lang 'fr'"),
+    ({"bleu_lc_tok": None}, "scores"),
+    ({"workdir": "runs/r/seed0"}, "two files come from the same run"),
+    ({"per_seed": {}}, "not the evaluate.py JSON of one training run"),
+    ({"ensemble": ["a", "b"]}, "the result of an ensemble"),
+    ({"bleu": None}, "has no scores"),
+])
+def test_stored_seed_results_that_do_not_belong_together(tmp_path, change, message):
+    if change == {"bleu_lc_tok": None}:  # scored without --compat_lc_tok
+        other = {k: v for k, v in _stored(1, (42.0, 42.5, 62.0)).items() if k != "bleu_lc_tok"}
+    else:
+        other = _stored(1, (42.0, 42.5, 62.0), **change)
+    paths = _write(tmp_path, [_stored(0, (42.72, 43.06, 62.42)), other])
+    out = tmp_path / "headline.json"
+    out.write_text("kept")
+    with pytest.raises(UserError, match=message.replace("(", "\\(")):
+        summarize_files(paths, out)
+    assert out.read_text() == "kept"
+
+
+def test_bad_seed_results_on_the_command_line(tmp_path):
+    paths = _write(tmp_path, [_stored(0, (42.72, 43.06, 62.42)),
+                              _stored(1, (42.0, 42.5, 62.0), split="valid")])
+    out = tmp_path / "headline.json"
+    out.write_text("kept")
+    cases = [(["--seed_results", ",".join(paths), "--output", str(out)], "split 'valid'"),
+             (["--seed_results", paths[0]], "--seed_results and --output go together"),
+             (["--seed_results", paths[0], "--output", str(tmp_path / "x.txt")], "a .json file"),
+             (["--seed_results", paths[0], "--output", paths[0]], "is one of the --seed_results"),
+             (["--seed_results", str(tmp_path / "none.json"), "--output", str(out)],
+              "cannot read")]
+    for args, message in cases:
+        result = run_script("evaluate.py", *args)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and message in lines[0], lines
+    assert out.read_text() == "kept" and not (tmp_path / "x.txt").exists()
 
 
 @pytest.mark.slow
@@ -77,6 +168,10 @@ def test_train_seeds_then_evaluate_the_parent(tmp_path, capsys):
     assert per_seed[0]["chrf"] != per_seed[1]["chrf"]  # two models, two results
     stdout = capsys.readouterr().out
     assert "over 2 seed(s)" in stdout and f"wrote {path}" in stdout
+    # the same summary from the stored per-seed files, as for seeds of other sessions
+    stored = summarize_files(summary["files"]["seeds"], tmp_path / "from_files.json")
+    assert {k: v for k, v in stored.items() if k not in ("name", "files", "time")} == \
+        {k: v for k, v in summary.items() if k not in ("name", "files", "time")}
 
     # a plain run into the parent would mix the two layouts
     plain = run_script("train.py", *TRAIN, "--workdir", str(parent))
