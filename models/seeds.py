@@ -100,23 +100,19 @@ def summary_record(results: list[dict], *, name: str, workdir: str | None,
     return summary
 
 
-# What the stored results of one recipe's seeds must share to be summarized as one: the
-# text scored, the decoding and the checkpoint rule (the steps themselves may differ).
-SAME_IN_EVERY_SEED = ("source_lang", "target_lang", "split", "source", "reference",
-                      "num_sentences", "decoding.beam_size", "decoding.length_penalty",
-                      "checkpoint.requested", "checkpoint.averaged", "averaged_checkpoints",
-                      "scores")
-
-
-def _shared_fields(result: dict) -> dict:
-    out = {key: result.get(key) for key in SAME_IN_EVERY_SEED[:6]}
-    out.update({"decoding.beam_size": result["decoding"].get("beam_size"),
-                "decoding.length_penalty": result["decoding"].get("length_penalty"),
-                "checkpoint.requested": result["checkpoint"].get("requested"),
-                "checkpoint.averaged": result["checkpoint"].get("averaged"),
-                "averaged_checkpoints": len(result["checkpoint"].get("steps", ())),
-                "scores": [k for k in SCORES if k in result]})
-    return out
+def shared_fields(result: dict) -> dict:
+    """What the stored results of one recipe's seeds must share to be summarized as one:
+    the text scored, the decoding and the checkpoint rule (the steps themselves may
+    differ), by name ("decoding.beam_size" for a nested key)."""
+    decoding, checkpoint = result["decoding"], result["checkpoint"]
+    return {**{key: result.get(key) for key in ("source_lang", "target_lang", "split",
+                                                "source", "reference", "num_sentences")},
+            "decoding.beam_size": decoding.get("beam_size"),
+            "decoding.length_penalty": decoding.get("length_penalty"),
+            "checkpoint.requested": checkpoint.get("requested"),
+            "checkpoint.averaged": checkpoint.get("averaged"),
+            "averaged_checkpoints": len(checkpoint.get("steps", ())),
+            "scores": [k for k in SCORES if k in result]}
 
 
 def load_seed_result(path: str | Path) -> dict:
@@ -143,7 +139,7 @@ def summarize_files(paths: list[str | Path], output: str | Path) -> dict:
     """The summary over seeds (`summary_record`) of stored per-seed evaluate.py JSON
     files, written atomically to `output` (a .json file; its stem is the summary's name).
 
-    The files must come from different runs and share SAME_IN_EVERY_SEED. Raises
+    The files must come from different runs and agree on `shared_fields`. Raises
     UserError, before anything is written, for a file that is not such a result.
     """
     output = Path(output)
@@ -154,10 +150,10 @@ def summarize_files(paths: list[str | Path], output: str | Path) -> dict:
     if any(output.resolve() == Path(p).resolve() for p in paths):
         raise UserError(f"--output {output} is one of the --seed_results files")
     results = [load_seed_result(p) for p in paths]
-    first = _shared_fields(results[0])
+    first = shared_fields(results[0])
     for path, result in zip(paths[1:], results[1:], strict=True):
-        other = _shared_fields(result)
-        for key in SAME_IN_EVERY_SEED:
+        other = shared_fields(result)
+        for key in first:
             if other[key] != first[key]:
                 raise UserError(f"{path} has {key} {other[key]!r}, {paths[0]} has "
                                 f"{first[key]!r}: not the same evaluation of seeds of one recipe")
