@@ -73,7 +73,9 @@ config.json, none of its own) evaluates every seed run with the same options (ea
 writes its own `seed<k>/eval/` files, as above), then writes `<workdir>/eval/<name>.json`:
 the mean over seeds of bleu and bleu_lc_tok (with --compat_lc_tok), then their sample
 standard deviations bleu_std, bleu_lc_tok_std, chrf and chrf_std, per_seed {score:
-[values]}, workdirs (the seed runs), name, workdir, num_seeds, split, source, reference,
+[values]}, workdirs (the seed runs), the scores' signatures (bleu_signature,
+bleu_lc_tok_signature, bleu_lc_tok_preprocessing, chrf_signature; the seeds must agree
+on them), name, workdir, num_seeds, split, source, reference,
 checkpoint_steps (per seed), decoding, files {json, seeds}, time. `<name>` is the seeds'
 own name, with the requested checkpoint (`best`, `last`) when their steps differ.
 Seeds whose runs are no longer side by side (trained in other sessions or on other

@@ -24,6 +24,10 @@ from configs.files import write_atomic
 SEED_DIR = re.compile(r"seed(\d+)")
 # The scores summarized, in the summary's key order (bleu_lc_tok with --compat_lc_tok).
 SCORES = ("bleu", "bleu_lc_tok", "chrf")
+# How each score was computed (sacreBLEU signatures, the lc-tok preprocessing): the seeds
+# of one summary must agree on them, and the summary carries them beside its means.
+SIGNATURES = ("bleu_signature", "bleu_lc_tok_signature", "bleu_lc_tok_preprocessing",
+              "chrf_signature")
 
 
 def seed_workdir(parent: str | Path, seed: int) -> Path:
@@ -88,10 +92,12 @@ def summarize(results: list[dict]) -> dict:
 def summary_record(results: list[dict], *, name: str, workdir: str | None,
                    json_path: str | Path, seed_files: list[str]) -> dict:
     """The summary JSON of per-seed results (evaluate.py's docstring): `summarize`'s
-    scores, then name, workdir (the seeds' parent), num_seeds, split, source, reference,
-    checkpoint_steps (per seed), decoding, files {json, seeds} and time."""
+    scores, the `SIGNATURES` of the first seed's scores (all seeds share them), then name,
+    workdir (the seeds' parent), num_seeds, split, source, reference, checkpoint_steps (per
+    seed), decoding, files {json, seeds} and time."""
     first = results[0]
     summary = summarize(results)
+    summary.update({key: first[key] for key in SIGNATURES if key in first})
     summary.update(name=name, workdir=workdir, num_seeds=len(results), split=first["split"],
                    source=first["source"], reference=first["reference"],
                    checkpoint_steps=[r["checkpoint"]["steps"] for r in results],
@@ -102,8 +108,8 @@ def summary_record(results: list[dict], *, name: str, workdir: str | None,
 
 def shared_fields(result: dict) -> dict:
     """What the stored results of one recipe's seeds must share to be summarized as one:
-    the text scored, the decoding and the checkpoint rule (the steps themselves may
-    differ), by name ("decoding.beam_size" for a nested key)."""
+    the text scored, the decoding, the checkpoint rule (the steps themselves may differ)
+    and how the scores were computed, by name ("decoding.beam_size" for a nested key)."""
     decoding, checkpoint = result["decoding"], result["checkpoint"]
     return {**{key: result.get(key) for key in ("source_lang", "target_lang", "split",
                                                 "source", "reference", "num_sentences")},
@@ -112,7 +118,8 @@ def shared_fields(result: dict) -> dict:
             "checkpoint.requested": checkpoint.get("requested"),
             "checkpoint.averaged": checkpoint.get("averaged"),
             "averaged_checkpoints": len(checkpoint.get("steps", ())),
-            "scores": [k for k in SCORES if k in result]}
+            "scores": [k for k in SCORES if k in result],
+            **{key: result.get(key) for key in SIGNATURES}}
 
 
 def load_seed_result(path: str | Path) -> dict:

@@ -50,7 +50,12 @@ def _stored(seed: int, scores: tuple[float, float, float], **changes) -> dict:
               "source_lang": "de", "target_lang": "en", "num_sentences": 1000,
               "checkpoint": {"requested": "last", "steps": [7, 8 + seed], "averaged": True},
               "decoding": {"beam_size": 5, "decode": "beam", "length_penalty": 1.0},
-              "bleu": bleu, "chrf": chrf, "bleu_lc_tok": lc, "files": {}}
+              "bleu": bleu, "chrf": chrf, "bleu_lc_tok": lc, "files": {},
+              "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+              "bleu_lc_tok_signature": "nrefs:1|case:mixed|eff:no|tok:none|smooth:exp|"
+                                       "version:2.6.0",
+              "bleu_lc_tok_preprocessing": "lowercase + sacremoses MosesTokenizer",
+              "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"}
     for key, value in changes.items():
         if "." in key:
             outer, inner = key.split(".")
@@ -80,6 +85,9 @@ def test_summary_of_stored_seed_results(tmp_path):
     assert summary["name"] == "headline" and summary["workdir"] == "runs/r"
     assert summary["num_seeds"] == 3 and summary["files"] == {"json": str(out), "seeds": paths}
     assert summary["checkpoint_steps"] == [[7, 8], [7, 9], [7, 10]]  # steps may differ
+    for key in ("bleu_signature", "bleu_lc_tok_signature", "bleu_lc_tok_preprocessing",
+                "chrf_signature"):  # how the means were computed, beside them
+        assert summary[key] == results[0][key]
 
     result = run_script("evaluate.py", "--seed_results", ",".join(paths), "--output",
                         str(tmp_path / "cli.json"))
@@ -100,6 +108,8 @@ def test_summary_of_stored_seed_results(tmp_path):
     ({"per_seed": {}}, "not the evaluate.py JSON of one training run"),
     ({"ensemble": ["a", "b"]}, "the result of an ensemble"),
     ({"bleu": None}, "has no scores"),
+    ({"bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.5.1"},
+     "bleu_signature"),
 ])
 def test_stored_seed_results_that_do_not_belong_together(tmp_path, change, message):
     if change == {"bleu_lc_tok": None}:  # scored without --compat_lc_tok
