@@ -55,7 +55,9 @@ HEAD_LAYER = "alignment"
 REVERSE_HEAD_LAYER = "alignment_reverse"
 # ... and the one that reads the two heads' agreement: their posteriors' geometric mean.
 JOINT_HEADS_LAYER = "alignment_joint"
-HEAD_LAYERS = (HEAD_LAYER, REVERSE_HEAD_LAYER, JOINT_HEADS_LAYER)
+# ... and the one that reads the layer the two heads teach (model.alignment_student).
+STUDENT_LAYER = "alignment_student"
+HEAD_LAYERS = (HEAD_LAYER, REVERSE_HEAD_LAYER, JOINT_HEADS_LAYER, STUDENT_LAYER)
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a new whitespace word
 SPECIAL_TOKENS = frozenset({"<s>", "</s>", "<pad>", ""})
 

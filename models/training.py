@@ -31,8 +31,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from configs.base import SCHEDULES
 from configs.model import ModelConfig
-from data.tokenizer import PAD_ID
-from models.alignment_head import agreement_log_likelihood
+from data.tokenizer import EOS_ID, PAD_ID
+from models.alignment_head import agreed_pair, agreement_log_likelihood
+from models.alignment_student import student_cross_entropy
 from models.transformer import Transformer
 
 PACKING_KEYS = ("src_segments", "tgt_segments", "src_positions", "tgt_positions")
@@ -105,7 +106,8 @@ def budget_decay(train_seconds: float, decay_start_seconds: float, budget_second
     return COSINE_END + (1 - COSINE_END) * 0.5 * (1 + math.cos(math.pi * done))
 
 
-HEAD_PARAMS = ("alignment_head", "alignment_reverse")  # the alignment heads' subtrees
+# The alignment heads' subtrees (and the layer they teach): clipped apart from translation.
+HEAD_PARAMS = ("alignment_head", "alignment_reverse", "alignment_student")
 
 
 def clip_apart(max_norm: float) -> optax.GradientTransformation:
@@ -206,7 +208,10 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     `models.alignment_head.agreement_log_likelihood` (the lexical tables trained on the
     links both heads agree on; "align_agreement_sum" in the sums, one more forward-backward
     pass of each chain; a traced weight, as the train step passes it with
-    `train.align_agreement_start`'s gate, always computes the term).
+    `train.align_agreement_start`'s gate, always computes the term). With
+    model.alignment_student the loss adds the student's cross-entropy to the heads'
+    agreed posteriors (`models.alignment_student.student_cross_entropy`, weight 1,
+    "align_student_sum"), whose stop-gradient inputs keep translation's gradient as is.
     """
     if rdrop_alpha:
         batch = {k: jnp.concatenate([v, v]) for k, v in batch.items()}
@@ -234,10 +239,19 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
         if reverse_ll is not None:  # model.alignment_reverse: the source pieces' too
             sums["align_nll_sum"] -= jnp.sum(reverse_ll * (batch["src"] != PAD_ID))
         total = total + sums["align_nll_sum"]
-        if reverse_ll is not None and (isinstance(align_agreement, jax.Array) or align_agreement):
+        agreement = reverse_ll is not None and (isinstance(align_agreement, jax.Array)
+                                                or bool(align_agreement))
+        student = terms.get("alignment_student_log_posterior")
+        agreed = (agreed_pair(terms, batch["src"], batch["tgt_out"], align_prior_weight)
+                  if agreement or student is not None else None)
+        if agreement:
             sums["align_agreement_sum"] = -agreement_log_likelihood(
-                terms, batch["src"], batch["tgt_out"], align_prior_weight)
+                terms, batch["src"], batch["tgt_out"], agreed=agreed)
             total = total + align_agreement * sums["align_agreement_sum"]
+        if student is not None:  # taught where the heads agree (models/alignment_student.py)
+            real = (batch["tgt_out"] != PAD_ID) & (batch["tgt_out"] != EOS_ID)
+            sums["align_student_sum"] = student_cross_entropy(student, agreed[0], real)
+            total = total + sums["align_student_sum"]
     return total / jnp.maximum(tokens, 1.0), sums
 
 

@@ -143,14 +143,15 @@ def toy_batch(pairs) -> dict:
 
 
 def trained_on_toy_reversal(jumps: bool = False, attention_prior: bool = True,
-                            reverse: bool = False):
+                            reverse: bool = False, student: bool = False):
     """A small model with an alignment head (an HMM with `jumps`, with or without its
-    prior attention, and its `reverse` twin) trained 300 steps on the toy bitext: (model,
-    64 new test pairs, forward_with_alignment's weights on them)."""
+    prior attention, its `reverse` twin and the `student` they teach) trained 300 steps
+    on the toy bitext: (model, 64 new test pairs, forward_with_alignment's weights on
+    them)."""
     cfg = smoke.get_config()
     cfg.model.update(d_model=32, num_heads=2, d_ff=64, alignment_head=True,
                      alignment_jumps=jumps, alignment_attention_prior=attention_prior,
-                     alignment_reverse=reverse, dropout=0.0)
+                     alignment_reverse=reverse, alignment_student=student, dropout=0.0)
     cfg.train.update(learning_rate=3e-3, warmup_steps=20)
     graphdef, state = create_train_state(cfg, 40, 40)
     step = make_train_step(graphdef, cfg.train)

@@ -1,0 +1,95 @@
+"""An alignment layer that reads the translation model's context, taught by the two
+alignment heads (model.alignment_student).
+
+The heads of models/alignment_head.py are statistical aligners with neural parts: their
+lexical tables see one source piece's embedding, IBM model 1's view, so a link is earned
+by what that piece alone translates to. On the RWTH German-English gold set their joint
+reading stopped at ~34 AER, and the posteriors themselves were the limit (docs/
+alignment.md): the links a word needs are often not in its lexical evidence, while the
+translation model's states, which have read both sentences, hold more.
+
+The student is one attention from each target piece to the encoder's states, trained
+to reproduce the heads' agreed posteriors (`models.alignment_head.agreed_posteriors`,
+the forward head's posterior moved toward the links the reverse head supports): the
+alignment layer of Garg et al. (2019), supervised there by GIZA++'s links, here by the
+run's own heads, so no gold links and no outside aligner. Its query for target piece
+y_j reads the decoder state of row j (what the model expected, having read y_<j) and of
+row j + 1 (whose input is y_j itself) and the embedding of y_{j+1}, the next piece, so
+it knows the piece it aligns and some context on both sides; its keys read the encoder
+output at source piece i (contextual) and the piece's embedding. Its inputs are
+stop-gradient, like the heads': translation trains exactly as without it.
+
+Read as `attention.align --layer alignment_student`: softmax over the source pieces,
+the source `</s>` as NULL, as the teacher's rows are.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from configs.model import ModelConfig
+from models.alignment_head import NEG_INF
+
+
+def shift_rows(x: jnp.ndarray) -> jnp.ndarray:
+    """x[:, j + 1] at row j, zeros at the last row: [B, T, ...] -> [B, T, ...]."""
+    return jnp.pad(x[:, 1:], [(0, 0), (0, 1)] + [(0, 0)] * (x.ndim - 2))
+
+
+class AlignmentStudent(nnx.Module):
+    """The student's query and key projections (module docstring).
+
+    Args:
+      config: the model config; the query reads 3 x d_model features (two decoder states,
+        one target embedding) and the key 2 x d_model (encoder output, source embedding),
+        each layer-normed, projected to d_model.
+    """
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        d = config.d_model
+        kw = dict(param_dtype=jnp.dtype(config.param_dtype), rngs=rngs)
+        self.query_norm = nnx.LayerNorm(3 * d, epsilon=1e-6, **kw)
+        self.key_norm = nnx.LayerNorm(2 * d, epsilon=1e-6, **kw)
+        self.query = nnx.Linear(3 * d, d, **kw)
+        self.key = nnx.Linear(2 * d, d, **kw)
+
+    def __call__(self, decoder_states: jnp.ndarray, target_embeddings: jnp.ndarray,
+                 memory: jnp.ndarray, source_embeddings: jnp.ndarray,
+                 mask: jnp.ndarray) -> jnp.ndarray:
+        """log p_student(i | j): float32 [B, T, S], NEG_INF where masked.
+
+        decoder_states: [B, T, D], the final decoder state of the row predicting
+        tgt_out[:, j] (unpacked rows: row j + 1's input is y_j); target_embeddings:
+        [B, T, D], the rows of tgt_out (y_j at row j); memory: [B, S, D] encoder outputs;
+        source_embeddings: [B, S, D]; mask: bool [B, T, S], True where row j may link to
+        piece i (the source `</s>` included: NULL). All float inputs are constants
+        (stop_gradient).
+        """
+        def constant(x):
+            return jax.lax.stop_gradient(x.astype(jnp.float32))
+
+        states = constant(decoder_states)
+        features = jnp.concatenate([states, shift_rows(states),
+                                    shift_rows(constant(target_embeddings))], axis=-1)
+        q = self.query(self.query_norm(features))  # [B, T, D]
+        k = self.key(self.key_norm(jnp.concatenate([constant(memory),
+                                                    constant(source_embeddings)], axis=-1)))
+        logits = jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(q.shape[-1])
+        return jax.nn.log_softmax(jnp.where(mask, logits, NEG_INF), axis=-1)
+
+
+def student_cross_entropy(log_student: jnp.ndarray, teacher: jnp.ndarray,
+                          real_rows: jnp.ndarray) -> jnp.ndarray:
+    """-sum over real rows j and pieces i of teacher[j, i] log p_student(i | j): a float32
+    scalar (a sum, as the heads' likelihoods are).
+
+    log_student: [B, T, S] (`AlignmentStudent.__call__`); teacher: float [B, T, S], rows
+    summing to 1 (constants); real_rows: bool [B, T], the target pieces taught (not
+    `</s>`, not padding). Masked cells have teacher mass 0, so NEG_INF never multiplies
+    a non-zero weight."""
+    weights = jnp.where(real_rows[:, :, None], jax.lax.stop_gradient(teacher), 0.0)
+    return -jnp.sum(weights * jnp.where(weights > 0, log_student, 0.0))

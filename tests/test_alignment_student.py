@@ -1,0 +1,122 @@
+"""The alignment student (model.alignment_student, models/alignment_student.py): its
+attention against NumPy, its cross-entropy by hand, its loss taught by the heads'
+agreed posteriors with translation's and the heads' gradients left alone, and that it
+learns the toy reversal from its teachers."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from data.tokenizer import EOS_ID, PAD_ID
+from models.alignment_head import agreed_pair
+from models.alignment_student import AlignmentStudent, shift_rows, student_cross_entropy
+from models.training import batch_loss
+from models.transformer import Transformer
+from tests.test_alignment_head import np_layer_norm, np_log_softmax, small_config, toy_batch
+from tests.test_alignment_reverse import PAIRS, reverse_model
+
+
+def test_shift_rows_moves_each_row_up_one():
+    x = jnp.arange(2 * 3 * 2).reshape(2, 3, 2)
+    got = np.asarray(shift_rows(x))
+    np.testing.assert_array_equal(got[:, :2], np.asarray(x)[:, 1:])
+    assert np.all(got[:, 2] == 0)
+
+
+def test_student_matches_a_numpy_reference():
+    rng = np.random.default_rng(0)
+    student = AlignmentStudent(small_config(alignment_jumps=True, alignment_reverse=True,
+                                            alignment_student=True), rngs=nnx.Rngs(2))
+    p = jax.tree.map(np.asarray, nnx.state(student, nnx.Param).to_pure_dict())
+    states, target_rows, memory, source_rows = (
+        rng.normal(size=s).astype(np.float32)
+        for s in [(2, 3, 16), (2, 3, 16), (2, 5, 16), (2, 5, 16)])
+    mask = np.ones((2, 3, 5), bool)
+    mask[1, :, 3:] = False  # the second source has 3 pieces (</s> included)
+    got = np.asarray(student(*map(jnp.asarray, (states, target_rows, memory, source_rows,
+                                                mask))))
+
+    def next_row(x):  # row j reads row j + 1, the last row zeros
+        return np.concatenate([x[:, 1:], np.zeros_like(x[:, :1])], axis=1)
+
+    features = np.concatenate([states, next_row(states), next_row(target_rows)], axis=-1)
+    q = np_layer_norm(features, p["query_norm"]["scale"], p["query_norm"]["bias"])
+    q = q @ p["query"]["kernel"] + p["query"]["bias"]
+    keys = np_layer_norm(np.concatenate([memory, source_rows], axis=-1),
+                         p["key_norm"]["scale"], p["key_norm"]["bias"])
+    k = keys @ p["key"]["kernel"] + p["key"]["bias"]
+    want = np_log_softmax(np.where(mask, np.einsum("btd,bsd->bts", q, k) / 4.0, -np.inf))
+    np.testing.assert_allclose(got[mask], want[mask], rtol=1e-4, atol=1e-4)
+    probs = np.exp(got)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+    assert np.all(probs[~mask] == 0.0)
+
+
+def test_student_cross_entropy_by_hand():
+    log_student = jnp.log(jnp.array([[[0.5, 0.25, 0.25],
+                                       [0.1, 0.8, 0.1],
+                                       [0.2, 0.2, 0.6]]]))
+    teacher = jnp.array([[[1.0, 0.0, 0.0],
+                          [0.5, 0.5, 0.0],
+                          [0.0, 0.0, 1.0]]])
+    real = jnp.array([[True, True, False]])  # the last row (</s>) is not taught
+    want = -(np.log(0.5) + 0.5 * np.log(0.1) + 0.5 * np.log(0.8))
+    assert float(student_cross_entropy(log_student, teacher, real)) == pytest.approx(want)
+    # Masked cells (NEG_INF) with no teacher mass add nothing.
+    masked = log_student.at[0, 0, 2].set(-1e9)
+    assert float(student_cross_entropy(masked, teacher, real)) == pytest.approx(want)
+
+
+def test_the_student_learns_from_the_heads_and_leaves_the_rest_alone():
+    """The loss adds the student's cross-entropy to the heads' agreed posteriors, and its
+    gradient reaches the student alone: translation and both heads get the same gradient
+    as in the same model without it."""
+    batch = toy_batch(PAIRS)
+    grads, losses = {}, {}
+    for with_student in (False, True):
+        model = reverse_model()  # the same seed: the same parameters but the student's
+        if with_student:
+            model = Transformer(small_config(alignment_jumps=True, alignment_reverse=True,
+                                             alignment_student=True, dropout=0.0),
+                                rngs=nnx.Rngs(0))
+            nnx.update(model, nnx.state(reverse_model()))
+        graphdef, params = nnx.split(model, nnx.Param)
+
+        def loss(p, graphdef=graphdef):
+            return batch_loss(nnx.merge(graphdef, p), batch, 0.1)
+
+        (losses[with_student], sums), grads[with_student] = jax.value_and_grad(
+            loss, has_aux=True)(params.to_pure_dict())
+        assert ("align_student_sum" in sums) == with_student
+    terms = model.forward_with_alignment(batch["src"], batch["tgt_in"], batch["tgt_out"])[3]
+    real = (batch["tgt_out"] != PAD_ID) & (batch["tgt_out"] != EOS_ID)
+    taught = float(student_cross_entropy(terms["alignment_student_log_posterior"],
+                                         agreed_pair(terms, batch["src"], batch["tgt_out"])[0],
+                                         real))
+    assert float(sums["align_student_sum"]) == pytest.approx(taught, rel=1e-5) and taught > 0
+    assert float(losses[True]) == pytest.approx(
+        float(losses[False]) + taught / float(sums["tokens"]), rel=1e-5)
+    student = grads[True].pop("alignment_student")
+    assert "alignment_student" not in grads[False]
+    assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(student))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+                 grads[False], grads[True])
+
+
+@pytest.mark.slow
+def test_the_student_learns_the_toy_reversal():
+    """Trained beside its teachers on the reversed word-for-word toy bitext, the
+    student's argmax finds the links as the heads' posterior does."""
+    from tests.test_alignment_head import trained_on_toy_reversal
+
+    _, test, weights = trained_on_toy_reversal(jumps=True, attention_prior=False,
+                                               reverse=True, student=True)
+    best = np.asarray(weights["alignment_student_log_posterior"]).argmax(-1)
+    right = total = 0
+    for r, (a, _) in enumerate(test):
+        n = len(a)
+        right += sum(int(best[r, j] == n - 1 - j) for j in range(n))
+        total += n
+    assert right / total > 0.95, right / total
