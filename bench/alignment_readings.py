@@ -32,8 +32,8 @@ READINGS = (
     ("forward head, word map, W = 0.5, threshold 0.5", "alignment", 0.5, True, 0.5),
     ("reverse head, the same", "alignment_reverse", 0.5, True, 0.5),
     ("joint, word map, W = 0.5, threshold 0.3", "alignment_joint", 0.3, True, 0.5),
-    ("student, word map, argmax", "alignment_student", None, True, None),
     ("student, word map, threshold 0.3", "alignment_student", 0.3, True, None),
+    ("student joint, word map, threshold 0.3", "alignment_student_joint", 0.3, True, None),
 )
 
 

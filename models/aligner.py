@@ -21,7 +21,7 @@ from attention.alignment import (
     HEAD_LAYERS,
     JOINT_HEADS_LAYER,
     REVERSE_HEAD_LAYER,
-    STUDENT_LAYER,
+    STUDENT_LAYERS,
 )
 from attention.alignment_scoring import SYMMETRIZE, alignment_scores, symmetrize
 from configs import cli
@@ -66,7 +66,7 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
     if s["layer"] == JOINT_HEADS_LAYER:
         s.update({k: v for k, v in JOINT_READING.items()
                   if given.get(k) is None and stored.get(k) is None})
-    weighed = [layer for layer in HEAD_LAYERS if layer != STUDENT_LAYER]  # have a prior
+    weighed = [layer for layer in HEAD_LAYERS if layer not in STUDENT_LAYERS]  # have a prior
     if s["layer"] not in weighed:
         if given.get("prior_weight") is not None:
             raise UserError("--prior_weight applies to the heads' layers "
@@ -184,7 +184,7 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
         rec = Recorded(workdir, step, src, tgt, heads, batch_size, max_tokens)
         for layer in rec.layers:
             head = layer in HEAD_LAYERS
-            if not head or layer == STUDENT_LAYER:
+            if not head or layer in STUDENT_LAYERS:
                 weights = (None,)  # only the heads have a prior to weigh
             elif given.get("prior_weight") is not None:
                 weights = (given["prior_weight"],)

@@ -12,15 +12,20 @@ The student is one attention from each target piece to the encoder's states, tra
 to reproduce the heads' agreed posteriors (`models.alignment_head.agreed_posteriors`,
 the forward head's posterior moved toward the links the reverse head supports): the
 alignment layer of Garg et al. (2019), supervised there by GIZA++'s links, here by the
-run's own heads, so no gold links and no outside aligner. Its query for target piece
+run's own heads, so no gold links and no outside aligner. Its one score matrix is read
+both ways: normalised over the source pieces (the source `</s>` as NULL) it is taught
+the forward head's agreed posterior, normalised over the target pieces (the target
+`</s>` as NULL) the reverse head's, so the two directions share one set of scores and
+their joint reading (`models.forced_alignment.joint_posterior`) is symmetric by
+construction. Its query for target piece
 y_j reads the decoder state of row j (what the model expected, having read y_<j) and of
 row j + 1 (whose input is y_j itself) and the embedding of y_{j+1}, the next piece, so
 it knows the piece it aligns and some context on both sides; its keys read the encoder
 output at source piece i (contextual) and the piece's embedding. Its inputs are
 stop-gradient, like the heads': translation trains exactly as without it.
 
-Read as `attention.align --layer alignment_student`: softmax over the source pieces,
-the source `</s>` as NULL, as the teacher's rows are.
+Read as `attention.align --layer alignment_student` (the rows: softmax over the source
+pieces) or `--layer alignment_student_joint` (the geometric mean of the two readings).
 """
 
 from __future__ import annotations
@@ -58,16 +63,13 @@ class AlignmentStudent(nnx.Module):
         self.key = nnx.Linear(2 * d, d, **kw)
 
     def __call__(self, decoder_states: jnp.ndarray, target_embeddings: jnp.ndarray,
-                 memory: jnp.ndarray, source_embeddings: jnp.ndarray,
-                 mask: jnp.ndarray) -> jnp.ndarray:
-        """log p_student(i | j): float32 [B, T, S], NEG_INF where masked.
+                 memory: jnp.ndarray, source_embeddings: jnp.ndarray) -> jnp.ndarray:
+        """The link scores: float32 [B, T, S] (`log_posteriors` normalises them).
 
         decoder_states: [B, T, D], the final decoder state of the row predicting
         tgt_out[:, j] (unpacked rows: row j + 1's input is y_j); target_embeddings:
         [B, T, D], the rows of tgt_out (y_j at row j); memory: [B, S, D] encoder outputs;
-        source_embeddings: [B, S, D]; mask: bool [B, T, S], True where row j may link to
-        piece i (the source `</s>` included: NULL). All float inputs are constants
-        (stop_gradient).
+        source_embeddings: [B, S, D]. All are constants (stop_gradient).
         """
         def constant(x):
             return jax.lax.stop_gradient(x.astype(jnp.float32))
@@ -78,8 +80,21 @@ class AlignmentStudent(nnx.Module):
         q = self.query(self.query_norm(features))  # [B, T, D]
         k = self.key(self.key_norm(jnp.concatenate([constant(memory),
                                                     constant(source_embeddings)], axis=-1)))
-        logits = jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(q.shape[-1])
-        return jax.nn.log_softmax(jnp.where(mask, logits, NEG_INF), axis=-1)
+        return jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(q.shape[-1])
+
+
+def log_posteriors(scores: jnp.ndarray, src_valid: jnp.ndarray,
+                   tgt_valid: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The student's scores read both ways: (log p(i | j), float32 [B, T, S], normalised
+    over the source pieces; log p(j | i), float32 [B, S, T], over the target pieces),
+    NEG_INF where masked.
+
+    scores: float [B, T, S]; src_valid: bool [B, S], tgt_valid: bool [B, T] (the pieces
+    and `</s>`, each side's NULL; not padding). A padding row is normalised over the
+    unmasked cells too (finite, never taught or read)."""
+    forward = jnp.where(src_valid[:, None, :], scores, NEG_INF)
+    reverse = jnp.where(tgt_valid[:, None, :], jnp.swapaxes(scores, 1, 2), NEG_INF)
+    return jax.nn.log_softmax(forward, axis=-1), jax.nn.log_softmax(reverse, axis=-1)
 
 
 def student_cross_entropy(log_student: jnp.ndarray, teacher: jnp.ndarray,
@@ -87,9 +102,9 @@ def student_cross_entropy(log_student: jnp.ndarray, teacher: jnp.ndarray,
     """-sum over real rows j and pieces i of teacher[j, i] log p_student(i | j): a float32
     scalar (a sum, as the heads' likelihoods are).
 
-    log_student: [B, T, S] (`AlignmentStudent.__call__`); teacher: float [B, T, S], rows
-    summing to 1 (constants); real_rows: bool [B, T], the target pieces taught (not
-    `</s>`, not padding). Masked cells have teacher mass 0, so NEG_INF never multiplies
+    log_student: [B, T, S], one of `log_posteriors` (for the reverse reading [B, S, T],
+    the sides swapped throughout); teacher: float [B, T, S], rows summing to 1
+    (constants); real_rows: bool [B, T], the pieces taught (not `</s>`, not padding). Masked cells have teacher mass 0, so NEG_INF never multiplies
     a non-zero weight."""
     weights = jnp.where(real_rows[:, :, None], jax.lax.stop_gradient(teacher), 0.0)
     return -jnp.sum(weights * jnp.where(weights > 0, log_student, 0.0))

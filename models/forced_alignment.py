@@ -22,7 +22,9 @@ from attention.alignment import (
     HEAD_LAYERS,
     JOINT_HEADS_LAYER,
     REVERSE_HEAD_LAYER,
+    STUDENT_JOINT_LAYER,
     STUDENT_LAYER,
+    STUDENT_LAYERS,
     Link,
     Unit,
     make_units,
@@ -78,7 +80,7 @@ def _forced_fn(with_head: bool):
 
 def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size: int,
            limit: int = MAX_TOKENS) -> tuple[list[np.ndarray], list[HeadTerms] | None,
-                                             list[HeadTerms] | None, list[np.ndarray] | None]:
+                                             list[HeadTerms] | None, list[tuple] | None]:
     """One teacher-forced pass over every unit: its cross-attention averaged over `heads`
     and, for a model with an alignment head, the head's terms (models/alignment_head.py).
 
@@ -86,8 +88,8 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
     y_0..y_{n-1}), source column (m pieces, then </s>); per unit `HeadTerms`, or None
     without a head; per unit the reverse head's `HeadTerms` with rows and columns swapped
     ([m + 1, n + 1], bias [n + 2, n + 1]), or None without model.alignment_reverse; per
-    unit the student's posterior float32 [n + 1, m + 1], or None without
-    model.alignment_student).
+    unit the student's two posteriors (float32 [n + 1, m + 1] over source pieces, [m + 1,
+    n + 1] over target pieces), or None without model.alignment_student).
     Units go in batches of similar length, padded to a multiple of
     PAD_MULTIPLE, at most `limit` (padding is masked: the rows of the real tokens are the
     same).
@@ -104,7 +106,7 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
     atts: list = [None] * len(units)
     head_terms: list[HeadTerms] | None = [None] * len(units) if with_head else None
     reverse_terms: list[HeadTerms] | None = [None] * len(units) if with_reverse else None
-    student: list[np.ndarray] | None = [None] * len(units) if with_student else None
+    student: list[tuple] | None = [None] * len(units) if with_student else None
     head_index = slice(None) if heads == "mean" else list(heads)
     for group in _groups(units, batch_size):
         longest = max(max(len(units[i].src), len(units[i].tgt)) + 1 for i in group)
@@ -126,8 +128,11 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
             if with_reverse:
                 reverse_terms[i] = _unit_terms(terms, "alignment_reverse_", row, m, n)
             if with_student:
-                student[i] = np.exp(np.asarray(
-                    terms["alignment_student_log_posterior"][row, : n + 1, : m + 1], np.float32))
+                student[i] = tuple(np.exp(np.asarray(terms[name][row, : a + 1, : b + 1],
+                                                     np.float32))
+                                   for name, a, b in (("alignment_student_log_posterior", n, m),
+                                                      ("alignment_student_reverse_log_posterior",
+                                                       m, n)))
     return atts, head_terms, reverse_terms, student
 
 
@@ -196,7 +201,7 @@ class Recorded:
     `layers` lists what `links` can read: each decoder layer's index, "mean" (of the
     layers), HEAD_LAYER when the model has an alignment head, and REVERSE_HEAD_LAYER and
     JOINT_HEADS_LAYER (the two heads' `joint_posterior`) when it also has the reverse one
-    (model.alignment_reverse), STUDENT_LAYER with model.alignment_student.
+    (model.alignment_reverse), STUDENT_LAYERS with model.alignment_student.
     """
 
     def __init__(self, workdir: str | Path, checkpoint: str, sources: Sequence[str],
@@ -224,10 +229,10 @@ class Recorded:
         self.terms = {HEAD_LAYER: head, REVERSE_HEAD_LAYER: reverse}
         self.has_head = head is not None
         self._posteriors: dict[tuple, list[np.ndarray]] = {}  # head_posteriors, per weight
-        self.student = student  # per unit [n + 1, m + 1], or None
+        self.student = student  # per unit (its rows' posterior, its columns'), or None
         # the joint reading needs both heads (a reverse head never comes without the other)
         present = {HEAD_LAYER: head, REVERSE_HEAD_LAYER: reverse, JOINT_HEADS_LAYER: reverse,
-                   STUDENT_LAYER: student}
+                   STUDENT_LAYER: student, STUDENT_JOINT_LAYER: student}
         self.head_layers = [layer for layer in HEAD_LAYERS if present[layer] is not None]
         self.layers = [*range(self.num_layers), "mean", *self.head_layers]
 
@@ -239,7 +244,7 @@ class Recorded:
         if layer in HEAD_LAYERS:
             if layer not in self.head_layers:
                 flag = ("alignment_head" if not self.has_head else "alignment_student"
-                        if layer == STUDENT_LAYER else "alignment_reverse")
+                        if layer in STUDENT_LAYERS else "alignment_reverse")
                 raise UserError(f"--layer {layer}: {self.workdir} has no {layer} head "
                                 f"(model.{flag} is off)")
             return layer
@@ -276,10 +281,14 @@ class Recorded:
                         layer: str = HEAD_LAYER) -> list[np.ndarray]:
         """Per unit, the posterior `head_posterior(terms, prior_weight)` (None = 1) of the
         head `layer` (HEAD_LAYERS), computed once per weight: `--select` reads each weight
-        at every threshold. The student (STUDENT_LAYER) has no prior: its own posterior,
-        whatever the weight."""
+        at every threshold. The student (STUDENT_LAYERS) has no prior: its rows'
+        posterior, or their `joint_posterior` with its columns', whatever the weight."""
         if layer == STUDENT_LAYER:
-            return self.student
+            return [rows for rows, _ in self.student]
+        if layer == STUDENT_JOINT_LAYER:
+            if (layer, None) not in self._posteriors:
+                self._posteriors[layer, None] = [joint_posterior(*pair) for pair in self.student]
+            return self._posteriors[layer, None]
         weight = 1.0 if prior_weight is None else float(prior_weight)
         key = (layer, weight)
         if key not in self._posteriors:

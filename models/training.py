@@ -209,8 +209,8 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     links both heads agree on; "align_agreement_sum" in the sums, one more forward-backward
     pass of each chain; a traced weight, as the train step passes it with
     `train.align_agreement_start`'s gate, always computes the term). With
-    model.alignment_student the loss adds the student's cross-entropy to the heads'
-    agreed posteriors (`models.alignment_student.student_cross_entropy`, weight 1,
+    model.alignment_student the loss adds the student's cross-entropies, its two readings
+    against the two heads' agreed posteriors (`models.alignment_student.student_cross_entropy`, weight 1,
     "align_student_sum"), whose stop-gradient inputs keep translation's gradient as is.
     """
     if rdrop_alpha:
@@ -249,8 +249,12 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
                 terms, batch["src"], batch["tgt_out"], agreed=agreed)
             total = total + align_agreement * sums["align_agreement_sum"]
         if student is not None:  # taught where the heads agree (models/alignment_student.py)
-            real = (batch["tgt_out"] != PAD_ID) & (batch["tgt_out"] != EOS_ID)
-            sums["align_student_sum"] = student_cross_entropy(student, agreed[0], real)
+            real_tgt, real_src = ((batch[k] != PAD_ID) & (batch[k] != EOS_ID)
+                                  for k in ("tgt_out", "src"))
+            sums["align_student_sum"] = (
+                student_cross_entropy(student, agreed[0], real_tgt)
+                + student_cross_entropy(terms["alignment_student_reverse_log_posterior"],
+                                        agreed[1], real_src))
             total = total + sums["align_student_sum"]
     return total / jnp.maximum(tokens, 1.0), sums
 

@@ -32,7 +32,7 @@ from attention.dropout import dropout
 from configs.model import ModelConfig
 from data.tokenizer import EOS_ID, PAD_ID
 from models.alignment_head import AlignmentHead, head_log_likelihood
-from models.alignment_student import AlignmentStudent
+from models.alignment_student import AlignmentStudent, log_posteriors
 from models.layers import DecoderLayer, Embeddings, EncoderLayer, layer_norm, split_rng
 
 
@@ -205,7 +205,9 @@ class Transformer(nnx.Module):
         (`AlignmentHead.transition_bias`), and the reverse head's the same with
         "alignment_reverse_" names, rows and columns swapped ([B, S, T] and [B, T + 1, T];
         the target's `</s>` its NULL word), and with model.alignment_student
-        "alignment_student_log_posterior" [B, T, S] (models/alignment_student.py)).
+        "alignment_student_log_posterior" [B, T, S] and
+        "alignment_student_reverse_log_posterior" [B, S, T], its scores read both ways
+        (models/alignment_student.py)).
         """
         enc_rng, dec_rng = split_rng(dropout_rng, 2)
         memory, src_valid, enc_w = self.encode(src, segments=src_segments,
@@ -239,9 +241,11 @@ class Transformer(nnx.Module):
             terms.update(alignment_reverse_log_prior=r_prior,
                          alignment_reverse_log_lexical=r_lexical,
                          alignment_reverse_transition_bias=r_bias)
-        if self.alignment_student is not None:
-            terms["alignment_student_log_posterior"] = self.alignment_student(
-                states, target_rows, memory, rows, mask)
+        if self.alignment_student is not None:  # its scores read both ways
+            scores = self.alignment_student(states, target_rows, memory, rows)
+            forward, backward = log_posteriors(scores, src_valid, tgt_out != PAD_ID)
+            terms.update(alignment_student_log_posterior=forward,
+                         alignment_student_reverse_log_posterior=backward)
         weights = {"encoder_self": enc_w, **weights, **terms} if return_weights else terms
         return self.target_embed.logits(states), log_likelihood, reverse_log_likelihood, weights
 

@@ -198,8 +198,16 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
         "alignment_student", None)
     assert taught["links"] == taught["recorded"].links("alignment_student", False, None)
     assert taught["links"] != head["links"]
-    for posterior in taught["recorded"].head_posteriors(None, "alignment_student"):
+    rec_taught = taught["recorded"]
+    for posterior in rec_taught.head_posteriors(None, "alignment_student"):
         np.testing.assert_allclose(posterior.sum(-1), 1.0, rtol=1e-5)
+    # Its joint reading: the geometric mean of its rows' and its columns' posteriors.
+    for (rows, columns), joint in zip(rec_taught.student, rec_taught.head_posteriors(
+            None, "alignment_student_joint"), strict=True):
+        np.testing.assert_allclose(columns.sum(-1), 1.0, rtol=1e-5)
+        np.testing.assert_allclose(joint[:-1, :-1], np.sqrt(rows[:-1, :-1] * columns[:-1, :-1].T),
+                                   rtol=1e-6)
+        assert np.all(joint[-1] == 0) and np.all(joint[:, -1] == 0)
     with pytest.raises(UserError, match=r"has no alignment_student head "
                                         r"\(model.alignment_head is off\)"):
         align(smoke_workdir, sources, targets, layer="alignment_student")
@@ -270,9 +278,9 @@ def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, rever
     # 2 checkpoints x (layer 0, mean) x shift x piece or word map x (argmax + 7
     # thresholds), both directions, and the forward maps read both ways (x 3 methods);
     # the reverse run's alignment head, its reverse twin and their joint reading add 2
-    # checkpoints x 4 prior weights x 2 maps x (argmax + 7 thresholds) each, its student
-    # the same without prior weights.
-    assert len(stored["grid"]) == 128 + 48 + 128 + 3 * 128 + 32
+    # checkpoints x 4 prior weights x 2 maps x (argmax + 7 thresholds) each, the
+    # student's two readings the same without prior weights.
+    assert len(stored["grid"]) == 128 + 48 + 128 + 3 * 128 + 2 * 32
     assert stored["selected_on"]["dev_sentences"] == 5
     head_grid = [g for g in stored["grid"] if g["layer"] == "alignment"]
     assert len(head_grid) == 128 and {g["prior_weight"] for g in head_grid} == {1, 0.5, 0.25, 0}
@@ -328,8 +336,8 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
                       "--threshold must be 'argmax' or a number in (0, 1], got '2'"),
         "layer word": (["--workdir", str(absent), *good, "--layer", "top"],
                        "--layer must be an index, 'mean' or one of 'alignment', "
-                       "'alignment_reverse', 'alignment_joint', 'alignment_student', got "
-                       "'top'"),
+                       "'alignment_reverse', 'alignment_joint', 'alignment_student', "
+                       "'alignment_student_joint', got 'top'"),
         "no head": (["--workdir", str(smoke_workdir), *good, "--layer", "alignment"],
                     "has no alignment head (model.alignment_head is off)"),
         "plot pair": (["--workdir", str(smoke_workdir), *good, "--plot", str(tmp_path / "p.png"),
@@ -441,8 +449,9 @@ def test_alignment_readings_bench(reverse_workdir, tmp_path):
     last = data["rows"][-1]
     assert len(last["readings"]) == 6  # the reverse run has both heads and the student
     student = align(reverse_workdir, en, de, golds=golds, checkpoint=str(kept[-1]),
-                    layer="alignment_student", threshold=0.3, words=True)
-    assert last["readings"]["student, word map, threshold 0.3"] == student["scores"]["all"]
+                    layer="alignment_student_joint", threshold=0.3, words=True)
+    assert last["readings"]["student joint, word map, threshold 0.3"] == \
+        student["scores"]["all"]
     joint = align(reverse_workdir, en, de, golds=golds, checkpoint=str(kept[-1]),
                   layer="alignment_joint", threshold=0.3, words=True, prior_weight=0.5)
     assert last["readings"]["joint, word map, W = 0.5, threshold 0.3"] == joint["scores"]["all"]

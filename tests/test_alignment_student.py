@@ -11,7 +11,12 @@ from flax import nnx
 
 from data.tokenizer import EOS_ID, PAD_ID
 from models.alignment_head import agreed_pair
-from models.alignment_student import AlignmentStudent, shift_rows, student_cross_entropy
+from models.alignment_student import (
+    AlignmentStudent,
+    log_posteriors,
+    shift_rows,
+    student_cross_entropy,
+)
 from models.training import batch_loss
 from models.transformer import Transformer
 from tests.test_alignment_head import np_layer_norm, np_log_softmax, small_config, toy_batch
@@ -33,10 +38,11 @@ def test_student_matches_a_numpy_reference():
     states, target_rows, memory, source_rows = (
         rng.normal(size=s).astype(np.float32)
         for s in [(2, 3, 16), (2, 3, 16), (2, 5, 16), (2, 5, 16)])
-    mask = np.ones((2, 3, 5), bool)
-    mask[1, :, 3:] = False  # the second source has 3 pieces (</s> included)
-    got = np.asarray(student(*map(jnp.asarray, (states, target_rows, memory, source_rows,
-                                                mask))))
+    src_valid = np.array([[True] * 5, [True] * 3 + [False] * 2])  # 3 pieces, </s> included
+    tgt_valid = np.array([[True] * 3, [True] * 2 + [False]])
+    scores = student(*map(jnp.asarray, (states, target_rows, memory, source_rows)))
+    rows, columns = (np.asarray(x) for x in log_posteriors(scores, jnp.asarray(src_valid),
+                                                           jnp.asarray(tgt_valid)))
 
     def next_row(x):  # row j reads row j + 1, the last row zeros
         return np.concatenate([x[:, 1:], np.zeros_like(x[:, :1])], axis=1)
@@ -47,11 +53,18 @@ def test_student_matches_a_numpy_reference():
     keys = np_layer_norm(np.concatenate([memory, source_rows], axis=-1),
                          p["key_norm"]["scale"], p["key_norm"]["bias"])
     k = keys @ p["key"]["kernel"] + p["key"]["bias"]
-    want = np_log_softmax(np.where(mask, np.einsum("btd,bsd->bts", q, k) / 4.0, -np.inf))
-    np.testing.assert_allclose(got[mask], want[mask], rtol=1e-4, atol=1e-4)
-    probs = np.exp(got)
-    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
-    assert np.all(probs[~mask] == 0.0)
+    want_scores = np.einsum("btd,bsd->bts", q, k) / 4.0
+    np.testing.assert_allclose(np.asarray(scores), want_scores, rtol=1e-4, atol=1e-4)
+    # read both ways: over the source pieces (rows), over the target pieces (columns)
+    for got, mask, want in ((rows, np.broadcast_to(src_valid[:, None, :], (2, 3, 5)),
+                             want_scores),
+                            (columns, np.broadcast_to(tgt_valid[:, None, :], (2, 5, 3)),
+                             want_scores.transpose(0, 2, 1))):
+        np.testing.assert_allclose(got[mask], np_log_softmax(np.where(mask, want, -np.inf))[mask],
+                                   rtol=1e-4, atol=1e-4)
+        probs = np.exp(got)
+        np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+        assert np.all(probs[~mask] == 0.0)
 
 
 def test_student_cross_entropy_by_hand():
@@ -70,9 +83,10 @@ def test_student_cross_entropy_by_hand():
 
 
 def test_the_student_learns_from_the_heads_and_leaves_the_rest_alone():
-    """The loss adds the student's cross-entropy to the heads' agreed posteriors, and its
-    gradient reaches the student alone: translation and both heads get the same gradient
-    as in the same model without it."""
+    """The loss adds the student's cross-entropies, its rows against the forward head's
+    agreed posterior and its columns against the reverse head's, and its gradient
+    reaches the student alone: translation and both heads get the same gradient as in
+    the same model without it."""
     batch = toy_batch(PAIRS)
     grads, losses = {}, {}
     for with_student in (False, True):
@@ -91,10 +105,12 @@ def test_the_student_learns_from_the_heads_and_leaves_the_rest_alone():
             loss, has_aux=True)(params.to_pure_dict())
         assert ("align_student_sum" in sums) == with_student
     terms = model.forward_with_alignment(batch["src"], batch["tgt_in"], batch["tgt_out"])[3]
-    real = (batch["tgt_out"] != PAD_ID) & (batch["tgt_out"] != EOS_ID)
-    taught = float(student_cross_entropy(terms["alignment_student_log_posterior"],
-                                         agreed_pair(terms, batch["src"], batch["tgt_out"])[0],
-                                         real))
+    agreed = agreed_pair(terms, batch["src"], batch["tgt_out"])
+    real = {k: (batch[k] != PAD_ID) & (batch[k] != EOS_ID) for k in ("src", "tgt_out")}
+    taught = float(student_cross_entropy(terms["alignment_student_log_posterior"], agreed[0],
+                                         real["tgt_out"])
+                   + student_cross_entropy(terms["alignment_student_reverse_log_posterior"],
+                                           agreed[1], real["src"]))
     assert float(sums["align_student_sum"]) == pytest.approx(taught, rel=1e-5) and taught > 0
     assert float(losses[True]) == pytest.approx(
         float(losses[False]) + taught / float(sums["tokens"]), rel=1e-5)
@@ -108,15 +124,16 @@ def test_the_student_learns_from_the_heads_and_leaves_the_rest_alone():
 @pytest.mark.slow
 def test_the_student_learns_the_toy_reversal():
     """Trained beside its teachers on the reversed word-for-word toy bitext, the
-    student's argmax finds the links as the heads' posterior does."""
+    student's argmax finds the links as the heads' posterior does, read either way."""
     from tests.test_alignment_head import trained_on_toy_reversal
 
     _, test, weights = trained_on_toy_reversal(jumps=True, attention_prior=False,
                                                reverse=True, student=True)
-    best = np.asarray(weights["alignment_student_log_posterior"]).argmax(-1)
-    right = total = 0
-    for r, (a, _) in enumerate(test):
-        n = len(a)
-        right += sum(int(best[r, j] == n - 1 - j) for j in range(n))
-        total += n
-    assert right / total > 0.95, right / total
+    for name in ("alignment_student_log_posterior", "alignment_student_reverse_log_posterior"):
+        best = np.asarray(weights[name]).argmax(-1)  # each piece of one side: the other's
+        right = total = 0
+        for r, (a, _) in enumerate(test):
+            n = len(a)
+            right += sum(int(best[r, j] == n - 1 - j) for j in range(n))
+            total += n
+        assert right / total > 0.95, (name, right / total)
