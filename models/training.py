@@ -106,31 +106,30 @@ def budget_decay(train_seconds: float, decay_start_seconds: float, budget_second
     return COSINE_END + (1 - COSINE_END) * 0.5 * (1 + math.cos(math.pi * done))
 
 
-# The alignment heads' subtrees (and the layer they teach): clipped apart from translation.
-HEAD_PARAMS = ("alignment_head", "alignment_reverse", "alignment_student")
+# Subtrees clipped apart (clip_apart): the alignment heads, and the layer they teach.
+HEAD_PARAMS = ("alignment_head", "alignment_reverse")
+STUDENT_PARAMS = ("alignment_student",)
 
 
 def clip_apart(max_norm: float) -> optax.GradientTransformation:
     """`optax.clip_by_global_norm` on the translation model's gradients and, apart, on the
-    alignment heads' (HEAD_PARAMS): the heads' gradients never shrink translation's
-    update, so with their stop-gradient inputs the translation model trains exactly as
-    without them (one global norm let the head's loss scale translation's step), and
-    translation's never shrink theirs. Without heads it is clip_by_global_norm. The
+    alignment heads' (HEAD_PARAMS) and on the student's (STUDENT_PARAMS): the heads'
+    gradients never shrink translation's update, so with their stop-gradient inputs the
+    translation model trains exactly as without them (one global norm let the head's
+    loss scale translation's step), translation's never shrink theirs, and the student
+    never changes how its teachers train. Without heads it is clip_by_global_norm. The
     updates keep their container (a dict, or an nnx.State)."""
     def update(updates, state, params=None):
-        def is_head(path) -> bool:  # the top-level name (a dict key or a State's)
-            return bool(path) and getattr(path[0], "key", getattr(path[0], "name", None)) \
-                in HEAD_PARAMS
+        def group(path) -> int:  # by the top-level name (a dict key or a State's)
+            name = getattr(path[0], "key", getattr(path[0], "name", None)) if path else None
+            return 1 if name in HEAD_PARAMS else 2 if name in STUDENT_PARAMS else 0
 
-        def norm(head: bool) -> jax.Array:
-            leaves = [u for path, u in jax.tree_util.tree_leaves_with_path(updates)
-                      if is_head(path) == head]
-            return optax.global_norm(leaves)
-
-        norms = {head: norm(head) for head in (False, True)}
+        leaves = jax.tree_util.tree_leaves_with_path(updates)
+        norms = [optax.global_norm([u for path, u in leaves if group(path) == g])
+                 for g in range(3)]
 
         def clip(path, u):  # as optax.clip_by_global_norm, per group
-            g = norms[is_head(path)]
+            g = norms[group(path)]
             return jnp.where(g < max_norm, u, (u / jnp.maximum(g, 1e-30)) * max_norm)
 
         return jax.tree_util.tree_map_with_path(clip, updates), state
