@@ -17,12 +17,15 @@ both ways: normalised over the source pieces (the source `</s>` as NULL) it is t
 the forward head's agreed posterior, normalised over the target pieces (the target
 `</s>` as NULL) the reverse head's, so the two directions share one set of scores and
 their joint reading (`models.forced_alignment.joint_posterior`) is symmetric by
-construction. Its query for target piece
-y_j reads the decoder state of row j (what the model expected, having read y_<j) and of
-row j + 1 (whose input is y_j itself) and the embedding of y_{j+1}, the next piece, so
-it knows the piece it aligns and some context on both sides; its keys read the encoder
-output at source piece i (contextual) and the piece's embedding. Its inputs are
-stop-gradient, like the heads': translation trains exactly as without it.
+construction.
+
+Its query for target piece y_j reads the decoder state of row j (what the model
+expected, having read y_<j) and of row j + 1 (whose input is y_j itself) and the
+embedding of y_{j+1}, the next piece, so it knows the piece it aligns and some context
+on both sides; its keys read the encoder output at source piece i (contextual) and the
+piece's embedding. Its inputs are stop-gradient, like the heads', and its gradients are
+clipped apart from theirs and translation's (models/training.py `clip_apart`), so
+translation and the heads train exactly as without it.
 
 Read as `attention.align --layer alignment_student` (the rows: softmax over the source
 pieces) or `--layer alignment_student_joint` (the geometric mean of the two readings).
@@ -104,7 +107,7 @@ def student_cross_entropy(log_student: jnp.ndarray, teacher: jnp.ndarray,
 
     log_student: [B, T, S], one of `log_posteriors` (for the reverse reading [B, S, T],
     the sides swapped throughout); teacher: float [B, T, S], rows summing to 1
-    (constants); real_rows: bool [B, T], the pieces taught (not `</s>`, not padding). Masked cells have teacher mass 0, so NEG_INF never multiplies
-    a non-zero weight."""
+    (constants); real_rows: bool [B, T], the pieces taught (not `</s>`, not padding).
+    Masked cells have teacher mass 0, so NEG_INF never multiplies a non-zero weight."""
     weights = jnp.where(real_rows[:, :, None], jax.lax.stop_gradient(teacher), 0.0)
     return -jnp.sum(weights * jnp.where(weights > 0, log_student, 0.0))
