@@ -242,7 +242,9 @@ class Transformer(nnx.Module):
                          alignment_reverse_log_lexical=r_lexical,
                          alignment_reverse_transition_bias=r_bias)
         if self.alignment_student is not None:  # its scores read both ways
-            scores = self.alignment_student(states, target_rows, memory, rows)
+            scores = self.alignment_student(states, target_rows, memory, rows, log_lexical,
+                                            terms["alignment_reverse_log_lexical"], src_valid,
+                                            tgt_out != PAD_ID)
             forward, backward = log_posteriors(scores, src_valid, tgt_out != PAD_ID)
             terms.update(alignment_student_log_posterior=forward,
                          alignment_student_reverse_log_posterior=backward)

@@ -34,26 +34,40 @@ def test_student_matches_a_numpy_reference():
     rng = np.random.default_rng(0)
     student = AlignmentStudent(small_config(alignment_jumps=True, alignment_reverse=True,
                                             alignment_student=True), rngs=nnx.Rngs(2))
+    student.diagonal.value = jnp.asarray(rng.normal(size=student.diagonal.value.shape))
+    student.lexical_weights.value = jnp.asarray([0.7, 0.2])
     p = jax.tree.map(np.asarray, nnx.state(student, nnx.Param).to_pure_dict())
-    states, target_rows, memory, source_rows = (
+    states, target_rows, memory, source_rows, forward_lexical, reverse_lexical = (
         rng.normal(size=s).astype(np.float32)
-        for s in [(2, 3, 16), (2, 3, 16), (2, 5, 16), (2, 5, 16)])
+        for s in [(2, 3, 16), (2, 3, 16), (2, 5, 16), (2, 5, 16), (2, 3, 5), (2, 5, 3)])
     src_valid = np.array([[True] * 5, [True] * 3 + [False] * 2])  # 3 pieces, </s> included
     tgt_valid = np.array([[True] * 3, [True] * 2 + [False]])
-    scores = student(*map(jnp.asarray, (states, target_rows, memory, source_rows)))
+    forward_lexical[1, :, 3:] = reverse_lexical[1, :, 2:] = -1e9  # as the heads mask them
+    scores = student(*map(jnp.asarray, (states, target_rows, memory, source_rows,
+                                        forward_lexical, reverse_lexical, src_valid,
+                                        tgt_valid)))
     rows, columns = (np.asarray(x) for x in log_posteriors(scores, jnp.asarray(src_valid),
                                                            jnp.asarray(tgt_valid)))
 
     def next_row(x):  # row j reads row j + 1, the last row zeros
         return np.concatenate([x[:, 1:], np.zeros_like(x[:, :1])], axis=1)
 
-    features = np.concatenate([states, next_row(states), next_row(target_rows)], axis=-1)
+    features = np.concatenate([states, next_row(states), target_rows, next_row(target_rows)],
+                              axis=-1)
     q = np_layer_norm(features, p["query_norm"]["scale"], p["query_norm"]["bias"])
     q = q @ p["query"]["kernel"] + p["query"]["bias"]
     keys = np_layer_norm(np.concatenate([memory, source_rows], axis=-1),
                          p["key_norm"]["scale"], p["key_norm"]["bias"])
     k = keys @ p["key"]["kernel"] + p["key"]["bias"]
     want_scores = np.einsum("btd,bsd->bts", q, k) / 4.0
+    lexical = (0.7 * np.where(forward_lexical > -1e8, forward_lexical, 0)
+               + 0.2 * np.where(reverse_lexical > -1e8, reverse_lexical, 0).transpose(0, 2, 1))
+    want_scores += lexical
+    for b, (s_len, t_len) in enumerate(((5, 3), (3, 2))):  # the diagonal's bias
+        for j in range(3):
+            for i in range(5):
+                distance = int(np.clip(np.round(i - j * s_len / t_len), -16, 16))
+                want_scores[b, j, i] += p["diagonal"][distance + 16]
     np.testing.assert_allclose(np.asarray(scores), want_scores, rtol=1e-4, atol=1e-4)
     # read both ways: over the source pieces (rows), over the target pieces (columns)
     for got, mask, want in ((rows, np.broadcast_to(src_valid[:, None, :], (2, 3, 5)),
