@@ -212,8 +212,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
                 window = max(time.time() - window_start, 1e-9)
                 # The alignment head's loss and R-Drop's KL, per token, when the run has them.
                 extra = {name: float(sum(m[f"{name}_sum"] for m in sums) / tokens)
-                         for name in ("align_nll", "align_agreement", "align_student",
-                                     "rdrop_kl")
+                         for name in ("align_nll", "align_agreement", "rdrop_kl")
                          if f"{name}_sum" in sums[-1]}
                 log.write(step, "train", loss=float(loss), **extra,
                           learning_rate=float(schedule(step - 1))

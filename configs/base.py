@@ -86,7 +86,6 @@ def get_config() -> ml_collections.ConfigDict:
     model.alignment_jumps = False  # ... whose prior is an HMM over source positions
     model.alignment_attention_prior = True  # ... with the decoder state's attention in it
     model.alignment_reverse = False  # ... and a second head of the other direction
-    model.alignment_student = False  # ... and a context-aware layer the two heads teach
 
     config.train = train = ml_collections.ConfigDict()
     train.num_steps = 20000

@@ -272,9 +272,6 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if config.model.alignment_reverse and not config.model.alignment_jumps:
         raise UserError("model.alignment_reverse needs model.alignment_jumps=True (the reverse "
                         "head is an HMM moved by jump biases)")
-    if config.model.alignment_student and not config.model.alignment_reverse:
-        raise UserError("model.alignment_student needs model.alignment_reverse=True (its "
-                        "teacher is the two heads' agreed posterior)")
     if config.train.align_agreement and not config.model.alignment_reverse:
         raise UserError("train.align_agreement needs model.alignment_reverse=True (the "
                         "agreement is between the head and its reverse twin)")
