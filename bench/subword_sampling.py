@@ -3,7 +3,7 @@
     python bench/subword_sampling.py [--config multi30k_de_en_cpu]
         [--settings 0.1:8,0.1:16,0.5:16,0.1:64] [--json results/bench/subword_sampling.json]
 
-For each alpha:l setting, the wall time of `SampledEpochs.encode_epoch(0)` over the
+For each alpha:l setting (l is unused by a BPE config's BPE-dropout), the wall time of `SampledEpochs.encode_epoch(0)` over the
 config's whole training split (this is the work the background thread does once per
 epoch, off the training step's path) and the tokens of the sampled epoch against the
 best segmentation (sampled pieces are shorter, so a batch of `train.batch_tokens` holds
@@ -52,10 +52,12 @@ def run(args: argparse.Namespace) -> dict:
         sources, targets, dropped = epochs.encode_epoch(0)
         seconds = time.perf_counter() - start
         tokens = sum(map(len, sources)) + sum(map(len, targets))
+        if cfg.data.spm_model_type == "bpe":  # BPE-dropout: alpha skips merges, no l
+            nbest = None
         row = {"alpha": alpha, "nbest_size": nbest, "epoch_encode_s": round(seconds, 2),
                "tokens_vs_best": round(tokens / best, 4), "dropped": dropped}
         result["settings"].append(row)
-        print(f"alpha {alpha:<4} l {nbest:<3} {seconds:6.1f} s per epoch, "
+        print(f"alpha {alpha:<4} l {nbest or '-':<3} {seconds:6.1f} s per epoch, "
               f"tokens x{tokens / best:.3f} of the best segmentation, {dropped} dropped",
               flush=True)
     return result

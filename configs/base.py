@@ -55,11 +55,12 @@ def get_config() -> ml_collections.ConfigDict:
     data.max_length = 128  # training pairs longer than this (incl. eos) ...
     data.long_pairs = "drop"  # ... are dropped, or "truncate"d; eval never truncates
     data.bucket_step = 8  # padded lengths are multiples of this
-    # Subword regularisation of the training side (Kudo 2018; data/sampling.py): each epoch
-    # draws every pair's segmentation from its n best with probability ~ P^alpha, seeded
-    # from (train.seed, epoch); 0 = off. Unigram models only. Eval keeps the best one.
-    data.spm_sampling_alpha = 0.0  # Kudo's smoothing alpha (0.1 to 0.5 in the paper)
-    data.spm_nbest_size = 16  # l, the segmentations drawn from (2 to 64)
+    # Subword regularisation of the training side (data/sampling.py), seeded from
+    # (train.seed, epoch); 0 = off; eval keeps the best segmentation. Unigram models draw
+    # every pair's segmentation from its n best with probability ~ P^alpha (Kudo 2018); BPE
+    # models skip each merge with probability alpha (BPE-dropout, Provilkov et al. 2020).
+    data.spm_sampling_alpha = 0.0  # unigram: 0.1 to 0.5 in Kudo's paper; BPE: 0.1 in theirs
+    data.spm_nbest_size = 16  # l, the segmentations drawn from (2 to 64; unigram only)
     # Training: pack each batch's pairs into rows this long (data/packing.py; 0 = off). Pays
     # when batches are not length-bucketed or the model is large (d_model 512: +10% on
     # Multi30k); the tiny models on bucketed Multi30k run faster without (bench/README.md).

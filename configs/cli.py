@@ -257,11 +257,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if data.spm_sampling_alpha < 0:
         raise UserError(f"data.spm_sampling_alpha must be 0 (off) or positive, got "
                         f"{data.spm_sampling_alpha}")
-    if data.spm_sampling_alpha and data.spm_model_type != "unigram":
-        raise UserError("data.spm_sampling_alpha needs data.spm_model_type=unigram: BPE-dropout "
-                        "draws from SentencePiece's per-process random generator, which a "
-                        "resumed run could not replay")
-    if data.spm_sampling_alpha and not 2 <= data.spm_nbest_size <= 1024:
+    if data.spm_model_type == "bpe" and data.spm_sampling_alpha >= 1:
+        raise UserError(f"data.spm_sampling_alpha is BPE-dropout's probability of skipping a "
+                        f"merge for a BPE model: below 1, got {data.spm_sampling_alpha}")
+    if data.spm_sampling_alpha and data.spm_model_type == "unigram" and \
+            not 2 <= data.spm_nbest_size <= 1024:
         raise UserError(f"data.spm_nbest_size must be 2 to 1024 with sampling on, got "
                         f"{data.spm_nbest_size}")
     if config.model.alignment_jumps and not config.model.alignment_head:

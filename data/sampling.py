@@ -1,12 +1,13 @@
 """Subword regularisation: every epoch sees its own segmentation of the training pairs.
 
 With `data.spm_sampling_alpha` > 0, epoch e re-encodes the training split (streamed again
-from `TrainingSource.chunks`, data/streaming.py) with l-best sampling (Kudo 2018): each
-sentence's segmentation is drawn from its `data.spm_nbest_size` best under the unigram
-model, with probability proportional to P^alpha (data/tokenizer.py, `Sampling`). The
-n-best lists come from SentencePiece; the draw is numpy's, because SentencePiece's own
-sampling (and so its BPE-dropout) salts its generator per process and could not be
-replayed on resume. Then the epoch is batched like any other
+from `TrainingSource.chunks`, data/streaming.py) with a sampled segmentation
+(data/subword_draws.py): for a unigram model l-best sampling (Kudo 2018), each
+sentence's segmentation drawn from its `data.spm_nbest_size` best with probability
+proportional to P^alpha; for a BPE model BPE-dropout (Provilkov et al. 2020), each merge
+skipped with probability alpha. The draws are numpy's, because SentencePiece's own
+sampling salts its generator per process and could not be replayed on resume. Then the
+epoch is batched like any other
 (data/batching.py's `TrainBatcher`, order from (train.seed, e)). The draw of chunk c of
 epoch e is seeded from (train.seed, e, c), so a run killed anywhere and resumed gets the
 same segmentations and batches as an uninterrupted one. Evaluation, decoding and
@@ -36,7 +37,8 @@ import numpy as np
 
 from data.batching import Batch, TrainBatcher
 from data.streaming import TrainingSource
-from data.tokenizer import Sampling, Tokenizer, encode_for_training
+from data.subword_draws import Sampling
+from data.tokenizer import Tokenizer, encode_for_training
 
 EPOCH_CHUNK = 20_000  # pairs encoded per call: the draw is seeded per chunk
 
@@ -66,7 +68,8 @@ class SampledEpochs:
         sources, targets, dropped = [], [], 0
         for chunk, (src_text, tgt_text) in enumerate(self.source.chunks(EPOCH_CHUNK)):
             sampling = Sampling(float(self.cfg_data.spm_sampling_alpha),
-                                int(self.cfg_data.spm_nbest_size), chunk_seed(self.seed, epoch, chunk))
+                                int(self.cfg_data.spm_nbest_size), chunk_seed(self.seed, epoch, chunk),
+                                str(self.cfg_data.spm_model_type))
             src, tgt, n = encode_for_training(self.tokenizer, src_text, tgt_text,
                                               self.cfg_data.max_length,
                                               self.cfg_data.long_pairs, sampling)

@@ -38,6 +38,7 @@ import sentencepiece as spm
 from configs.base import NORMALIZATIONS
 from configs.files import temp_folder
 from data.corpora import DataError, read_lines
+from data.subword_draws import Sampling, draw_segmentations
 
 # The special token ids, the same in every vocabulary; the one place they are defined.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -47,18 +48,6 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPM_NUM_THREADS = 16
 JOINT_MODEL, SOURCE_MODEL, TARGET_MODEL = "spm", "spm_src", "spm_tgt"
 META_FILE = "tokenizer.json"
-
-
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-    """One draw of subword regularisation (Kudo 2018, l-best sampling): each sentence's
-    segmentation is drawn from its `nbest_size` best unigram segmentations with
-    probability proportional to P(segmentation)^alpha. `seed` fixes the draw: the same
-    texts and seed give the same ids in any process."""
-
-    alpha: float
-    nbest_size: int
-    seed: int
 
 
 # SentencePiece's training failures (a RuntimeError whose text ends with its reason),
@@ -250,21 +239,7 @@ def _encode(sp: spm.SentencePieceProcessor, texts: Sequence[str], sampling: Samp
             add_eos: bool) -> list[list[int]]:
     if sampling is None:
         return sp.encode(list(texts), out_type=int, add_eos=add_eos)
-    # SentencePiece's own sampling (enable_sampling) salts its random generator per
-    # process: the same seed draws differently after a restart, so a resumed run could not
-    # replay its epochs. Its n-best lists are deterministic; the draw among them is ours.
-    rng = np.random.default_rng(sampling.seed)
-    eos = [EOS_ID] if add_eos else []
-    ids = []
-    for proto in sp.nbest_encode(list(texts), nbest_size=sampling.nbest_size, out_type="proto"):
-        if not proto.nbests:  # an empty sentence
-            ids.append(eos.copy())
-            continue
-        scores = sampling.alpha * np.array([best.score for best in proto.nbests])
-        weights = np.exp(scores - scores.max())
-        pick = int(np.searchsorted(np.cumsum(weights), rng.random() * weights.sum(), "right"))
-        ids.append([piece.id for piece in proto.nbests[min(pick, len(weights) - 1)].pieces] + eos)
-    return ids
+    return draw_segmentations(sp, texts, sampling, add_eos)
 
 
 def tokenizer_meta(cfg_data: ml_collections.ConfigDict) -> dict:
