@@ -52,8 +52,14 @@ def check_resume_config(saved: ml_collections.ConfigDict, new: ml_collections.Co
               if d[0].startswith(LOCKED_ON_RESUME) and d[0] not in CHANGEABLE_WITH_FLAG]
     unsafe = [d for d in diff if d not in locked and d[0] not in allowed]
 
+    new_keys = flatten_config(new)
+
     def fields(items):
-        return "; ".join(f"{k}: {old!r} -> {value!r}" for k, old, value in items)
+        # A key only the saved run has came from a version of the code with that option
+        # (one since removed, say): say so rather than "-> None".
+        return "; ".join(f"{k}: {old!r} -> " + (repr(value) if k in new_keys
+                                                 else "(not a key of this code)")
+                         for k, old, value in items)
 
     if locked:
         raise UserError(f"config differs from the checkpointed run in {workdir} in fields that "

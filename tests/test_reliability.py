@@ -24,6 +24,10 @@ import pytest
 from conftest import REPO, run_script
 from test_train import final_params, flat
 
+from configs import smoke
+from configs.errors import UserError
+from configs.resume import check_resume_config
+
 SMOKE = ("--config", "configs/smoke.py")
 TIMEOUT = 300  # seconds, for any one wait on a subprocess
 TMP_MARK = ".orbax-checkpoint-tmp"
@@ -264,6 +268,16 @@ def test_resume_needs_the_flag_for_other_fields(trained):
                           "--allow_config_change=train.learning_rate")
     assert "num_steps" not in result.stderr
     assert snapshot(trained) == before
+
+
+def test_resume_names_a_saved_key_this_code_does_not_have():
+    """A run saved by code with an option since removed: the line says the key is gone."""
+    new = smoke.get_config()
+    saved = json.loads(json.dumps(new.to_dict()))
+    saved["model"]["alignment_student"] = False
+    with pytest.raises(UserError, match=r"model\.alignment_student: False -> \(not a key of "
+                                        r"this code\)\); they cannot change on resume"):
+        check_resume_config(saved, new, "runs/x")
 
 
 def test_resume_accepts_a_config_saved_before_a_field_was_added(trained):
