@@ -9,9 +9,9 @@ penalty 1.0. Chosen on the validation set among the variants in README "Results"
 about 5 minutes on one GPU, about 2 hours on a 2-core CPU (configs/multi30k_de_en_cpu.py
 is the 60-minute CPU recipe).
 
-Expected (seeds 0-2, 2-core CPU, 2026-11-25; README "Seeds and the ensemble"):
-test_2016_flickr 42.61 +- 0.12 cased / 42.94 +- 0.14 lc-tok BLEU / chrF 62.18, valid
-42.86 / 43.24; seeds 1 and 2 as an ensemble 43.28 / 43.62 on test.
+Expected (seeds 0-3, 2-core CPU, 2026-11-25/26; README "Seeds and the ensemble"):
+test_2016_flickr 42.64 +- 0.11 cased / 42.97 +- 0.13 lc-tok BLEU / chrF 62.18, valid
+42.83 / 43.22; seeds 1, 2 and 3 as an ensemble 43.72 / 44.07 on test (valid 43.54 / 43.98).
 
     python train.py --config configs/multi30k_de_en.py --workdir runs/de_en
     python evaluate.py --workdir runs/de_en --split test --average_last 10 --checkpoint last
