@@ -3,10 +3,10 @@
     python bench/subword_sampling.py [--config multi30k_de_en_cpu]
         [--settings 0.1:8,0.1:16,0.5:16,0.1:64] [--json results/bench/subword_sampling.json]
 
-For each alpha:l setting (l is unused by a BPE config's BPE-dropout), the wall time of `SampledEpochs.encode_epoch(0)` over the
-config's whole training split (this is the work the background thread does once per
-epoch, off the training step's path) and the tokens of the sampled epoch against the
-best segmentation (sampled pieces are shorter, so a batch of `train.batch_tokens` holds
+For each alpha:l setting (l is unused by a BPE config's BPE-dropout), the wall time of
+`SampledEpochs.encode_epoch(0)` over the config's whole training split (this is the work
+the background thread does once per epoch, off the training step's path) and the tokens
+of the sampled epoch against the best segmentation (sampled pieces are shorter, so a batch of `train.batch_tokens` holds
 fewer pairs). The tokenizer and the deterministic encoding come from the data cache
 (`--cache_dir`, trained there on first use), as train.py gets them.
 """
