@@ -18,7 +18,7 @@ n-best encoding pass per epoch, 5.6 s at l = 8, 9.4 s at l = 16, 40 s at l = 64,
 a background thread while the previous epoch trains. The step never waits for it, but on
 2 cores it takes CPU from the step: with the CPU recipe (about 95 s an epoch) the log
 windows that hold an epoch's start ran ~17% slower at l = 16, ~5% over the run.
-BPE-dropout at p = 0.1 (De→En, BPE 10,000): 17 s per epoch, 1.40× the tokens. The
+BPE-dropout at p = 0.1 (De→En, BPE 10,000): 11 s per epoch, 1.20× the tokens. The
 epoch's ids are held in memory as Python lists, then packed; the deterministic encoding
 stays memory-mapped (data/cache.py). Sampled pieces are shorter:
 the epoch has 5% (l = 8) to 10% (l = 64) more tokens at alpha 0.1, 2% at alpha 0.5, so

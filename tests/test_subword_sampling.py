@@ -1,10 +1,10 @@
 """Subword regularisation (data/sampling.py, data/subword_draws.py): l-best sampling and
 BPE-dropout draws fixed by their seed in any process, fresh each epoch, text-preserving;
-BPE-dropout against SentencePiece's own (the same segmentation at p = 0, the same
-distribution at p = 0.1); resumable batches; a resumed training run with sampling on
+BPE-dropout against SentencePiece (the same segmentation at p = 0) and the paper's code
+(the same segmentation with the same draws); resumable batches; a resumed training run with sampling on
 equals an uninterrupted one."""
 
-import collections
+import heapq
 import itertools
 import json
 import subprocess
@@ -92,23 +92,55 @@ def test_bpe_dropout_at_zero_is_sentencepieces_segmentation(bpe):
     assert chars == list("\u2581abcab")
 
 
-def test_bpe_dropout_follows_sentencepieces_distribution(bpe):
-    """SentencePiece's own BPE-dropout (not replayable, so compared by statistics): how
-    often a word keeps its best segmentation and its mean number of pieces, over 4,000
-    draws each (standard errors ~0.008 and ~0.02)."""
-    _, tokenizer, _ = bpe
-    sp, dropout, rng = tokenizer._source, bpe_dropout(tokenizer), np.random.default_rng(1)
-    word = "walking"
-    best = len(sp.encode(word, out_type=str))
-    assert best < len(word)  # the smoke vocabulary merges some of it
-    ours = collections.Counter(len(dropout.merge(list("\u2581" + word), 0.1, rng))
-                               for _ in range(4000))
-    theirs = collections.Counter(len(sp.encode(word, out_type=str, enable_sampling=True,
-                                               alpha=0.1, nbest_size=-1)) for _ in range(4000))
-    mean = lambda counts: sum(k * v for k, v in counts.items()) / 4000  # noqa: E731
-    assert ours[best] / 4000 == pytest.approx(theirs[best] / 4000, abs=0.05)
-    assert mean(ours) == pytest.approx(mean(theirs), abs=0.15)
-    assert mean(ours) > best + 0.2  # the draws do split it
+def papers_bpe_dropout(merges: dict, chars: list[str], p: float, rng) -> list[str]:
+    """The paper's code (Provilkov et al. 2020, `bpe.py`'s `tokenize_word`), ported: a heap
+    of [priority, position] over a list that shrinks as pairs merge; merges dropped since
+    the last merge are pushed back after it."""
+    tokens, heap, dropped = list(chars), [], []
+    for pos in range(len(tokens) - 1):
+        if (tokens[pos], tokens[pos + 1]) in merges:
+            heap.append([merges[tokens[pos], tokens[pos + 1]], pos])
+    heapq.heapify(heap)
+    while heap:
+        priority, pos = heapq.heappop(heap)
+        if pos > len(tokens) - 2 or merges.get((tokens[pos], tokens[pos + 1])) != priority:
+            continue
+        if rng.random() < p:
+            dropped.append([priority, pos])
+            continue
+        tokens[pos:pos + 2] = [tokens[pos] + tokens[pos + 1]]
+        for pair in heap:
+            if pair[1] > pos:
+                pair[1] -= 1
+        for priority_, position in dropped:
+            heapq.heappush(heap, [priority_, position - 1 if position > pos else position])
+        dropped = []
+        if pos > 0 and (tokens[pos - 1], tokens[pos]) in merges:
+            heapq.heappush(heap, [merges[tokens[pos - 1], tokens[pos]], pos - 1])
+        if pos < len(tokens) - 1 and (tokens[pos], tokens[pos + 1]) in merges:
+            heapq.heappush(heap, [merges[tokens[pos], tokens[pos + 1]], pos])
+    return tokens
+
+
+def test_bpe_dropout_is_the_papers_algorithm(bpe):
+    """With the same draws, piece for piece the paper's code on the model's merges (a + b
+    merges when it is a piece, earlier-learned pieces first), over every word of 300
+    training sentences, five draws each."""
+    cfg, tokenizer, _ = bpe
+    dropout = bpe_dropout(tokenizer)
+    merges = {(a, b): -dropout.pieces[a + b][1] for a in dropout.pieces for b in dropout.pieces
+              if a + b in dropout.pieces}
+    sources, _ = next(training_source(cfg.data).chunks(300))
+    words = {"\u2581" + word for text in sources for word in text.split()}
+    words = sorted(w for w in words if all(char in dropout.pieces for char in w))
+    assert len(words) > 300
+    differ = 0
+    for draw, word in itertools.product(range(5), words):
+        ours = dropout.merge(list(word), 0.1, np.random.default_rng(draw))
+        theirs = papers_bpe_dropout(merges, list(word), 0.1, np.random.default_rng(draw))
+        assert ours == theirs, word
+        differ += ours != dropout.merge(list(word), 0.0, np.random.default_rng(draw))
+    assert differ > 100  # the draws do split words
 
 
 def test_epochs_differ_and_resume_exactly(unigram):
