@@ -20,10 +20,10 @@ skipped in a row. SentencePiece's own BPE-dropout never offers a skipped merge a
 which splits words much further (1.40× the tokens of the best segmentation on Multi30k
 De→En at p = 0.1, against 1.20× here). At p = 0 the result is SentencePiece's own
 segmentation, piece for piece (tested on a corpus), and with the same draws it is the
-paper's code's, piece for piece (tested against a port of it). Merges never cross words (a piece holds "▁" only at its start), so a sentence is
-segmented word by word, starting from SentencePiece's best pieces of that word; a word
-with a piece that is not a plain vocabulary entry (an unknown character) keeps its best
-pieces.
+paper's code's, piece for piece (tested against a port of it). Merges never cross
+words (a piece holds "▁" only at its start), so a sentence is segmented word by word,
+starting from SentencePiece's best pieces of that word; a word with a piece that is not
+a plain vocabulary entry (an unknown character) keeps its best pieces.
 
     ids = draw_segmentations(sp, texts, Sampling(0.1, 16, seed=3, model_type="bpe"))
 """
