@@ -87,6 +87,31 @@ from models.training import (
 )
 
 
+def teacher_links(path: str, tokenizer, src_ids, tgt_ids, dropped: int):
+    """data.teacher_links, read and mapped onto the training rows' pieces (attention/
+    teacher_links.py); UserError for a file that does not align the training text."""
+    from attention.alignment import read_pharaoh
+    from attention.teacher_links import piece_links, piece_word_index
+
+    if dropped:
+        raise UserError(f"data.teacher_links: {dropped} training pairs were dropped as too long, "
+                        "so the links no longer match the rows; raise data.max_length")
+    try:
+        links = read_pharaoh(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"data.teacher_links: {e}") from None
+    if len(links) != len(src_ids):
+        raise UserError(f"data.teacher_links: {path} has {len(links)} lines, the training text "
+                        f"{len(src_ids)} pairs")
+
+    def opens(pieces_of, size: int):
+        return piece_word_index(pieces_of(list(range(size))))
+
+    return piece_links(src_ids, tgt_ids, links,
+                       opens(tokenizer.source_pieces, tokenizer.source_vocab_size),
+                       opens(tokenizer.target_pieces, tokenizer.target_vocab_size))
+
+
 def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()) -> int:
     """Run (or resume) training in `workdir`; returns the process exit code (0, or 130/143
     after SIGINT/SIGTERM). Raises UserError for bad input, before anything is written.
@@ -121,13 +146,15 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     src_ids, tgt_ids, dropped = cache.encoded(source, corpus, tokenizer, workdir / "tokenizer",
                                               cfg.data.max_length, cfg.data.long_pairs)
     mesh = make_mesh()
+    links = teacher_links(cfg.data.teacher_links, tokenizer, src_ids, tgt_ids, dropped) \
+        if cfg.data.teacher_links else None
     # Subword regularisation draws each epoch's segmentation afresh (data/sampling.py).
     batcher = (SampledEpochs(source, tokenizer, cfg.data, batch_tokens=cfg.train.batch_tokens,
                              batch_multiple=mesh.size, seed=cfg.train.seed)
                if cfg.data.spm_sampling_alpha else
                TrainBatcher(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.data.max_length,
                             bucket_step=cfg.data.bucket_step, batch_multiple=mesh.size,
-                            seed=cfg.train.seed))
+                            seed=cfg.train.seed, links=links))
     graphdef, state = create_train_state(cfg, tokenizer.source_vocab_size,
                                          tokenizer.target_vocab_size, mesh)
     loop = LoopState()
@@ -212,7 +239,8 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
                 window = max(time.time() - window_start, 1e-9)
                 # The alignment head's loss and R-Drop's KL, per token, when the run has them.
                 extra = {name: float(sum(m[f"{name}_sum"] for m in sums) / tokens)
-                         for name in ("align_nll", "align_agreement", "rdrop_kl")
+                         for name in ("align_nll", "align_agreement", "align_student",
+                                     "rdrop_kl")
                          if f"{name}_sum" in sums[-1]}
                 log.write(step, "train", loss=float(loss), **extra,
                           learning_rate=float(schedule(step - 1))

@@ -3,7 +3,8 @@
     python -m attention.align --workdir W (--pairs FILE | --source F --target F)
         [--gold gold.talp] [--reverse_workdir W2]
         [--symmetrize grow-diag-final-and|intersect|union|none]
-        [--layer L|mean|alignment|alignment_reverse|alignment_joint] [--heads mean|0,2]
+        [--layer L|mean|alignment|alignment_reverse|alignment_joint|
+                 alignment_student|alignment_student_joint] [--heads mean|0,2]
         [--[no]shift] [--[no]words] [--threshold argmax|X] [--prior_weight W]
         [--checkpoint best|last|STEP] [--select] [--plot PNG [--plot_pair K]]
 
@@ -30,7 +31,11 @@ reading), for a prior that has not learned where to look yet
 A run with the reverse twin (`model.alignment_reverse`) also offers `--layer
 alignment_reverse` and `--layer alignment_joint`: the geometric mean of the two heads'
 posteriors, a link where both directions agree (Liang et al. 2006's posterior decoding;
-`models.forced_alignment.joint_posterior`).
+`models.forced_alignment.joint_posterior`). A run with `model.alignment_student` also
+offers `--layer alignment_student` and `--layer alignment_student_joint`: the
+context-aware layer the two heads teach (models/alignment_student.py), its scores
+normalised over the source pieces, or the geometric mean of that and their
+normalisation over the target pieces (no prior, so no `--prior_weight`).
 `--words` merges the map into words first (a target word's piece rows averaged, a
 source word's piece columns summed) and reads that, instead of merging the pieces' links.
 `--reverse_workdir` adds a model of the opposite direction (its links are transposed)
@@ -78,6 +83,8 @@ from attention.alignment import (
     HEAD_LAYER,
     JOINT_HEADS_LAYER,
     REVERSE_HEAD_LAYER,
+    STUDENT_JOINT_LAYER,
+    STUDENT_LAYER,
     format_pharaoh,
     read_gold,
     read_pairs,
@@ -106,7 +113,9 @@ def define_flags() -> None:
                       "(without --reverse_workdir: the map's rows with its columns).")
     flags.DEFINE_string("layer", None, "Decoder layer (negative from the end), mean, or "
                         f"{HEAD_LAYER} (the model's alignment head), {REVERSE_HEAD_LAYER} "
-                        f"(its reverse twin) or {JOINT_HEADS_LAYER} (the two heads' agreement).")
+                        f"(its reverse twin), {JOINT_HEADS_LAYER} (the two heads' agreement) "
+                        f"or {STUDENT_LAYER} / {STUDENT_JOINT_LAYER} (the layer they "
+                        "teach: its rows / both ways).")
     flags.DEFINE_string("heads", None, "mean, or comma-separated head indices to average.")
     flags.DEFINE_bool("shift", None, "Read the row where the target word is the input.")
     flags.DEFINE_bool("words", None, "Merge the map into words before reading it (else "

@@ -91,14 +91,6 @@ def strip_copies(train_src: list[str], train_tgt: list[str], sources: list[str],
     return train_src, train_tgt, copies
 
 
-def moses_lowercase(lines: list[str], lang: str) -> list[str]:
-    """Moses-tokenized (sacremoses, no escaping), lowercased lines."""
-    from sacremoses import MosesTokenizer
-
-    tok = MosesTokenizer(lang=lang)
-    return [tok.tokenize(line, escape=False, return_str=True).lower() for line in lines]
-
-
 def read_links(path: Path, last: int) -> list[list[tuple[int, int]]]:
     from attention.alignment import read_pharaoh
 
@@ -109,13 +101,12 @@ def read_links(path: Path, last: int) -> list[list[tuple[int, int]]]:
 def run_eflomal(src: list[str], tgt: list[str], folder: Path, last: int,
                 model: int = 3) -> tuple:
     """eflomal -m `model` both directions: (forward links, reverse links, seconds)."""
-    from eflomal import Aligner
+    from attention.teacher_links import eflomal_links
 
     start = time.perf_counter()
-    Aligner(model=model).align(src, tgt, links_filename_fwd=str(folder / "eflomal.fwd"),
-                           links_filename_rev=str(folder / "eflomal.rev"))
+    forward, reverse = eflomal_links(src, tgt, folder, model)
     seconds = time.perf_counter() - start
-    return read_links(folder / "eflomal.fwd", last), read_links(folder / "eflomal.rev", last), seconds
+    return forward[len(forward) - last:], reverse[len(reverse) - last:], seconds
 
 
 def run_fast_align(binary: Path, src: list[str], tgt: list[str], folder: Path, last: int) -> tuple:
@@ -149,6 +140,7 @@ def run(args: argparse.Namespace) -> dict:
         read_pairs,
     )
     from attention.alignment_scoring import SYMMETRIZE, symmetrize
+    from attention.teacher_links import moses_lowercase
     from models.aligner import align, split_scores
 
     sources, targets = read_pairs(args.pairs)

@@ -4,12 +4,12 @@ recipe's alignments move with training, one table row per (run, checkpoint).
     python bench/alignment_readings.py --workdir W [--workdir W2 ...] [--steps 500,1000]
         [--pairs P] [--gold G] [--json OUT]
 
-Each checkpoint is forced-decoded once and read four fixed ways (`READINGS`, the
+Each checkpoint is forced-decoded once and read six fixed ways (`READINGS`, the
 columns of docs/alignment.md's tables); the figures are AER on *all* gold pairs. This is
 exploration, not the protocol: the settings are fixed in advance, nothing is chosen on
 these figures (`python -m attention.align --select` chooses on the first 100 pairs).
-Runs need both heads (model.alignment_reverse) for the reverse and joint columns; a
-missing head's columns read "-".
+Runs need both heads (model.alignment_reverse) for the reverse and joint columns and
+model.alignment_student for the student's; a missing head's columns read "-".
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ READINGS = (
     ("forward head, word map, W = 0.5, threshold 0.5", "alignment", 0.5, True, 0.5),
     ("reverse head, the same", "alignment_reverse", 0.5, True, 0.5),
     ("joint, word map, W = 0.5, threshold 0.3", "alignment_joint", 0.3, True, 0.5),
+    ("student, word map, threshold 0.3", "alignment_student", 0.3, True, None),
+    ("student joint, word map, threshold 0.3", "alignment_student_joint", 0.3, True, None),
 )
 
 

@@ -65,6 +65,9 @@ def get_config() -> ml_collections.ConfigDict:
     # when batches are not length-bucketed or the model is large (d_model 512: +10% on
     # Multi30k); the tiny models on bucketed Multi30k run faster without (bench/README.md).
     data.pack_length = 0
+    # The alignment student's teacher: an outside aligner's word links, one Pharaoh line per
+    # training pair (attention/teacher_links.py makes them); "" = the run's own two heads.
+    data.teacher_links = ""
 
     config.model = model = ml_collections.ConfigDict()
     model.d_model = 256
@@ -87,6 +90,7 @@ def get_config() -> ml_collections.ConfigDict:
     model.alignment_jumps = False  # ... whose prior is an HMM over source positions
     model.alignment_attention_prior = True  # ... with the decoder state's attention in it
     model.alignment_reverse = False  # ... and a second head of the other direction
+    model.alignment_student = False  # ... and a context-aware layer the heads (or links) teach
 
     config.train = train = ml_collections.ConfigDict()
     train.num_steps = 20000

@@ -272,6 +272,17 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if config.model.alignment_reverse and not config.model.alignment_jumps:
         raise UserError("model.alignment_reverse needs model.alignment_jumps=True (the reverse "
                         "head is an HMM moved by jump biases)")
+    if config.model.alignment_student and not config.model.alignment_reverse:
+        raise UserError("model.alignment_student needs model.alignment_reverse=True (it "
+                        "reads both heads' lexical tables, and without data.teacher_links "
+                        "they teach it)")
+    if data.teacher_links and not config.model.alignment_student:
+        raise UserError("data.teacher_links teaches the alignment student: set "
+                        "model.alignment_student=True")
+    if data.teacher_links and (data.spm_sampling_alpha or data.pack_length):
+        raise UserError("data.teacher_links needs data.spm_sampling_alpha=0 and "
+                        "data.pack_length=0 (the links are mapped onto each pair's one "
+                        "segmentation, one pair per row)")
     if config.train.align_agreement and not config.model.alignment_reverse:
         raise UserError("train.align_agreement needs model.alignment_reverse=True (the "
                         "agreement is between the head and its reverse twin)")

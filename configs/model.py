@@ -61,6 +61,10 @@ class ModelConfig:
     # by the target's (an HMM over target positions moved by jump biases alone), so one
     # run gives both directions to symmetrise; needs alignment_jumps.
     alignment_reverse: bool = False
+    # An attention from each target piece, with its context, to the encoder's states,
+    # trained to reproduce the two heads' agreed posteriors (models/alignment_student.py);
+    # needs alignment_reverse.
+    alignment_student: bool = False
 
     @classmethod
     def from_config(cls, model: Mapping[str, Any], *, src_vocab_size: int,

@@ -16,7 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attention.align_settings import RESULT_FILE, SETTING_KEYS, stored_settings
-from attention.alignment import HEAD_LAYER, HEAD_LAYERS, JOINT_HEADS_LAYER, REVERSE_HEAD_LAYER
+from attention.alignment import (
+    HEAD_LAYER,
+    HEAD_LAYERS,
+    JOINT_HEADS_LAYER,
+    REVERSE_HEAD_LAYER,
+    STUDENT_LAYERS,
+)
 from attention.alignment_scoring import SYMMETRIZE, alignment_scores, symmetrize
 from configs import cli
 from configs.errors import UserError
@@ -60,10 +66,11 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
     if s["layer"] == JOINT_HEADS_LAYER:
         s.update({k: v for k, v in JOINT_READING.items()
                   if given.get(k) is None and stored.get(k) is None})
-    if s["layer"] not in HEAD_LAYERS:
+    weighed = [layer for layer in HEAD_LAYERS if layer not in STUDENT_LAYERS]  # have a prior
+    if s["layer"] not in weighed:
         if given.get("prior_weight") is not None:
             raise UserError("--prior_weight applies to the heads' layers "
-                            f"({', '.join(HEAD_LAYERS)}) only")
+                            f"({', '.join(weighed)}) only")
         s["prior_weight"] = None
     elif s["prior_weight"] is None:
         s["prior_weight"] = 1.0
@@ -177,8 +184,8 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
         rec = Recorded(workdir, step, src, tgt, heads, batch_size, max_tokens)
         for layer in rec.layers:
             head = layer in HEAD_LAYERS
-            if not head:
-                weights = (None,)  # only the head has a prior to weigh
+            if not head or layer in STUDENT_LAYERS:
+                weights = (None,)  # only the heads have a prior to weigh
             elif given.get("prior_weight") is not None:
                 weights = (given["prior_weight"],)
             else:

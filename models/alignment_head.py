@@ -256,8 +256,31 @@ def agreed_posteriors(posterior: jnp.ndarray, other: jnp.ndarray, real_rows: jnp
     return jax.lax.stop_gradient(jnp.where(use, agreed, posterior).astype(jnp.float32))
 
 
+def agreed_pair(terms: dict, src: jnp.ndarray, tgt_out: jnp.ndarray,
+                prior_weight: float | jnp.ndarray = 1.0) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Both heads' `agreed_posteriors`: (the forward head's, float32 [B, T, S]; the reverse
+    head's, [B, S, T]), constants. One forward-backward pass of each chain.
+
+    terms: the forward pass's "alignment_*" and "alignment_reverse_*" terms
+    (`Transformer.forward_with_alignment`); src: int [B, S]; tgt_out: int [B, T] (no
+    packing: the chains need one pair per row)."""
+    from data.tokenizer import EOS_ID, PAD_ID
+
+    def posteriors(prefix: str, rows: jnp.ndarray) -> jnp.ndarray:
+        lexical = terms[f"{prefix}log_lexical"]
+        return head_posteriors(terms[f"{prefix}log_prior"], lexical, lexical > NEG_INF / 2,
+                               terms[f"{prefix}transition_bias"],
+                               (rows != PAD_ID).astype(jnp.float32), prior_weight)
+
+    forward, reverse = posteriors("alignment_", tgt_out), posteriors("alignment_reverse_", src)
+    real_tgt, real_src = (tgt_out != PAD_ID) & (tgt_out != EOS_ID), (src != PAD_ID) & (src != EOS_ID)
+    return (agreed_posteriors(forward, reverse, real_tgt, real_src),
+            agreed_posteriors(reverse, forward, real_src, real_tgt))
+
+
 def agreement_log_likelihood(terms: dict, src: jnp.ndarray, tgt_out: jnp.ndarray,
-                             prior_weight: float | jnp.ndarray = 1.0) -> jnp.ndarray:
+                             prior_weight: float | jnp.ndarray = 1.0,
+                             agreed: tuple[jnp.ndarray, jnp.ndarray] | None = None) -> jnp.ndarray:
     """The two heads' lexical tables scored on the links both directions agree on:
     sum q(i | j) log t(y_j | x_i) + sum q'(j | i) log t(x_i | y_j), q and q' each head's
     `agreed_posteriors` (constants). Maximised beside the likelihood it is the M-step of
@@ -265,22 +288,9 @@ def agreement_log_likelihood(terms: dict, src: jnp.ndarray, tgt_out: jnp.ndarray
     learns from the links the other direction supports too (the jumps learn from the
     likelihood alone).
 
-    terms: the forward pass's "alignment_*" and "alignment_reverse_*" terms
-    (`Transformer.forward_with_alignment`); src: int [B, S]; tgt_out: int [B, T] (no
-    packing: the chains need one pair per row). Returns a float32 scalar (a sum).
+    Arguments as `agreed_pair`'s, whose result `agreed` passes when the caller has it.
+    Returns a float32 scalar (a sum).
     """
-    from data.tokenizer import EOS_ID, PAD_ID
-
-    def posteriors(prefix: str, rows: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-        lexical = terms[f"{prefix}log_lexical"]
-        mask = lexical > NEG_INF / 2
-        return lexical, head_posteriors(terms[f"{prefix}log_prior"], lexical, mask,
-                                        terms[f"{prefix}transition_bias"],
-                                        (rows != PAD_ID).astype(jnp.float32), prior_weight)
-
-    lexical, forward = posteriors("alignment_", tgt_out)
-    r_lexical, reverse = posteriors("alignment_reverse_", src)
-    real_tgt, real_src = (tgt_out != PAD_ID) & (tgt_out != EOS_ID), (src != PAD_ID) & (src != EOS_ID)
-    agreed = agreed_posteriors(forward, reverse, real_tgt, real_src)
-    r_agreed = agreed_posteriors(reverse, forward, real_src, real_tgt)
-    return jnp.sum(agreed * lexical) + jnp.sum(r_agreed * r_lexical)
+    agreed, r_agreed = agreed or agreed_pair(terms, src, tgt_out, prior_weight)
+    return (jnp.sum(agreed * terms["alignment_log_lexical"])
+            + jnp.sum(r_agreed * terms["alignment_reverse_log_lexical"]))

@@ -22,6 +22,9 @@ from attention.alignment import (
     HEAD_LAYERS,
     JOINT_HEADS_LAYER,
     REVERSE_HEAD_LAYER,
+    STUDENT_JOINT_LAYER,
+    STUDENT_LAYER,
+    STUDENT_LAYERS,
     Link,
     Unit,
     make_units,
@@ -77,14 +80,16 @@ def _forced_fn(with_head: bool):
 
 def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size: int,
            limit: int = MAX_TOKENS) -> tuple[list[np.ndarray], list[HeadTerms] | None,
-                                             list[HeadTerms] | None]:
+                                             list[HeadTerms] | None, list[tuple] | None]:
     """One teacher-forced pass over every unit: its cross-attention averaged over `heads`
     and, for a model with an alignment head, the head's terms (models/alignment_head.py).
 
     Returns (per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
     y_0..y_{n-1}), source column (m pieces, then </s>); per unit `HeadTerms`, or None
     without a head; per unit the reverse head's `HeadTerms` with rows and columns swapped
-    ([m + 1, n + 1], bias [n + 2, n + 1]), or None without model.alignment_reverse).
+    ([m + 1, n + 1], bias [n + 2, n + 1]), or None without model.alignment_reverse; per
+    unit the student's two posteriors (float32 [n + 1, m + 1] over source pieces, [m + 1,
+    n + 1] over target pieces), or None without model.alignment_student).
     Units go in batches of similar length, padded to a multiple of
     PAD_MULTIPLE, at most `limit` (padding is masked: the rows of the real tokens are the
     same).
@@ -97,9 +102,11 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
     graphdef, state = nnx.split(model)
     with_head = model.alignment_head is not None
     with_reverse = getattr(model, "alignment_reverse", None) is not None
+    with_student = getattr(model, "alignment_student", None) is not None
     atts: list = [None] * len(units)
     head_terms: list[HeadTerms] | None = [None] * len(units) if with_head else None
     reverse_terms: list[HeadTerms] | None = [None] * len(units) if with_reverse else None
+    student: list[tuple] | None = [None] * len(units) if with_student else None
     head_index = slice(None) if heads == "mean" else list(heads)
     for group in _groups(units, batch_size):
         longest = max(max(len(units[i].src), len(units[i].tgt)) + 1 for i in group)
@@ -120,7 +127,13 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
                 head_terms[i] = _unit_terms(terms, "alignment_", row, n, m)
             if with_reverse:
                 reverse_terms[i] = _unit_terms(terms, "alignment_reverse_", row, m, n)
-    return atts, head_terms, reverse_terms
+            if with_student:
+                student[i] = tuple(np.exp(np.asarray(terms[name][row, : a + 1, : b + 1],
+                                                     np.float32))
+                                   for name, a, b in (("alignment_student_log_posterior", n, m),
+                                                      ("alignment_student_reverse_log_posterior",
+                                                       m, n)))
+    return atts, head_terms, reverse_terms, student
 
 
 def _unit_terms(terms: dict, prefix: str, row: int, rows: int, cols: int) -> HeadTerms:
@@ -188,7 +201,7 @@ class Recorded:
     `layers` lists what `links` can read: each decoder layer's index, "mean" (of the
     layers), HEAD_LAYER when the model has an alignment head, and REVERSE_HEAD_LAYER and
     JOINT_HEADS_LAYER (the two heads' `joint_posterior`) when it also has the reverse one
-    (model.alignment_reverse).
+    (model.alignment_reverse), STUDENT_LAYERS with model.alignment_student.
     """
 
     def __init__(self, workdir: str | Path, checkpoint: str, sources: Sequence[str],
@@ -211,12 +224,15 @@ class Recorded:
             limit = min(limit, self.cfg.model.max_positions)
         self.num_pairs = len(sources)
         self.units = make_units(tokenizer, sources, targets, limit)
-        self.atts, head, reverse = record(loaded.model, self.units, heads, batch_size, limit)
+        self.atts, head, reverse, student = record(loaded.model, self.units, heads,
+                                                   batch_size, limit)
         self.terms = {HEAD_LAYER: head, REVERSE_HEAD_LAYER: reverse}
         self.has_head = head is not None
         self._posteriors: dict[tuple, list[np.ndarray]] = {}  # head_posteriors, per weight
+        self.student = student  # per unit (its rows' posterior, its columns'), or None
         # the joint reading needs both heads (a reverse head never comes without the other)
-        present = {HEAD_LAYER: head, REVERSE_HEAD_LAYER: reverse, JOINT_HEADS_LAYER: reverse}
+        present = {HEAD_LAYER: head, REVERSE_HEAD_LAYER: reverse, JOINT_HEADS_LAYER: reverse,
+                   STUDENT_LAYER: student, STUDENT_JOINT_LAYER: student}
         self.head_layers = [layer for layer in HEAD_LAYERS if present[layer] is not None]
         self.layers = [*range(self.num_layers), "mean", *self.head_layers]
 
@@ -227,7 +243,8 @@ class Recorded:
             return layer
         if layer in HEAD_LAYERS:
             if layer not in self.head_layers:
-                flag = "alignment_reverse" if self.has_head else "alignment_head"
+                flag = ("alignment_head" if not self.has_head else "alignment_student"
+                        if layer in STUDENT_LAYERS else "alignment_reverse")
                 raise UserError(f"--layer {layer}: {self.workdir} has no {layer} head "
                                 f"(model.{flag} is off)")
             return layer
@@ -264,7 +281,14 @@ class Recorded:
                         layer: str = HEAD_LAYER) -> list[np.ndarray]:
         """Per unit, the posterior `head_posterior(terms, prior_weight)` (None = 1) of the
         head `layer` (HEAD_LAYERS), computed once per weight: `--select` reads each weight
-        at every threshold."""
+        at every threshold. The student (STUDENT_LAYERS) has no prior: its rows'
+        posterior, or their `joint_posterior` with its columns', whatever the weight."""
+        if layer == STUDENT_LAYER:
+            return [rows for rows, _ in self.student]
+        if layer == STUDENT_JOINT_LAYER:
+            if (layer, None) not in self._posteriors:
+                self._posteriors[layer, None] = [joint_posterior(*pair) for pair in self.student]
+            return self._posteriors[layer, None]
         weight = 1.0 if prior_weight is None else float(prior_weight)
         key = (layer, weight)
         if key not in self._posteriors:

@@ -31,8 +31,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from configs.base import SCHEDULES
 from configs.model import ModelConfig
-from data.tokenizer import PAD_ID
-from models.alignment_head import agreement_log_likelihood
+from data.tokenizer import EOS_ID, PAD_ID
+from models.alignment_head import agreed_pair, agreement_log_likelihood
+from models.alignment_student import link_teachers, student_cross_entropy
 from models.transformer import Transformer
 
 PACKING_KEYS = ("src_segments", "tgt_segments", "src_positions", "tgt_positions")
@@ -105,30 +106,30 @@ def budget_decay(train_seconds: float, decay_start_seconds: float, budget_second
     return COSINE_END + (1 - COSINE_END) * 0.5 * (1 + math.cos(math.pi * done))
 
 
-HEAD_PARAMS = ("alignment_head", "alignment_reverse")  # the alignment heads' subtrees
+# Subtrees clipped apart (clip_apart): the alignment heads, and the layer they teach.
+HEAD_PARAMS = ("alignment_head", "alignment_reverse")
+STUDENT_PARAMS = ("alignment_student",)
 
 
 def clip_apart(max_norm: float) -> optax.GradientTransformation:
     """`optax.clip_by_global_norm` on the translation model's gradients and, apart, on the
-    alignment heads' (HEAD_PARAMS): the heads' gradients never shrink translation's
-    update, so with their stop-gradient inputs the translation model trains exactly as
-    without them (one global norm let the head's loss scale translation's step), and
-    translation's never shrink theirs. Without heads it is clip_by_global_norm. The
+    alignment heads' (HEAD_PARAMS) and on the student's (STUDENT_PARAMS): the heads'
+    gradients never shrink translation's update, so with their stop-gradient inputs the
+    translation model trains exactly as without them (one global norm let the head's
+    loss scale translation's step), translation's never shrink theirs, and the student
+    never changes how its teachers train. Without heads it is clip_by_global_norm. The
     updates keep their container (a dict, or an nnx.State)."""
     def update(updates, state, params=None):
-        def is_head(path) -> bool:  # the top-level name (a dict key or a State's)
-            return bool(path) and getattr(path[0], "key", getattr(path[0], "name", None)) \
-                in HEAD_PARAMS
+        def group(path) -> int:  # by the top-level name (a dict key or a State's)
+            name = getattr(path[0], "key", getattr(path[0], "name", None)) if path else None
+            return 1 if name in HEAD_PARAMS else 2 if name in STUDENT_PARAMS else 0
 
-        def norm(head: bool) -> jax.Array:
-            leaves = [u for path, u in jax.tree_util.tree_leaves_with_path(updates)
-                      if is_head(path) == head]
-            return optax.global_norm(leaves)
-
-        norms = {head: norm(head) for head in (False, True)}
+        leaves = jax.tree_util.tree_leaves_with_path(updates)
+        norms = [optax.global_norm([u for path, u in leaves if group(path) == g])
+                 for g in range(3)]
 
         def clip(path, u):  # as optax.clip_by_global_norm, per group
-            g = norms[is_head(path)]
+            g = norms[group(path)]
             return jnp.where(g < max_norm, u, (u / jnp.maximum(g, 1e-30)) * max_norm)
 
         return jax.tree_util.tree_map_with_path(clip, updates), state
@@ -206,7 +207,12 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     `models.alignment_head.agreement_log_likelihood` (the lexical tables trained on the
     links both heads agree on; "align_agreement_sum" in the sums, one more forward-backward
     pass of each chain; a traced weight, as the train step passes it with
-    `train.align_agreement_start`'s gate, always computes the term).
+    `train.align_agreement_start`'s gate, always computes the term). With
+    model.alignment_student the loss adds the student's cross-entropies, its two readings
+    against the two heads' agreed posteriors, or, when the batch has "teacher_links"
+    (uint8 [B, T, S], data.teacher_links), against those links
+    (`models.alignment_student.link_teachers`); `student_cross_entropy`, weight 1,
+    "align_student_sum"; its stop-gradient inputs keep translation's gradient as is.
     """
     if rdrop_alpha:
         batch = {k: jnp.concatenate([v, v]) for k, v in batch.items()}
@@ -234,10 +240,26 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
         if reverse_ll is not None:  # model.alignment_reverse: the source pieces' too
             sums["align_nll_sum"] -= jnp.sum(reverse_ll * (batch["src"] != PAD_ID))
         total = total + sums["align_nll_sum"]
-        if reverse_ll is not None and (isinstance(align_agreement, jax.Array) or align_agreement):
+        agreement = reverse_ll is not None and (isinstance(align_agreement, jax.Array)
+                                                or bool(align_agreement))
+        student = terms.get("alignment_student_log_posterior")
+        links = batch.get("teacher_links") if student is not None else None
+        agreed = (agreed_pair(terms, batch["src"], batch["tgt_out"], align_prior_weight)
+                  if agreement or (student is not None and links is None) else None)
+        if agreement:
             sums["align_agreement_sum"] = -agreement_log_likelihood(
-                terms, batch["src"], batch["tgt_out"], align_prior_weight)
+                terms, batch["src"], batch["tgt_out"], agreed=agreed)
             total = total + align_agreement * sums["align_agreement_sum"]
+        if student is not None:  # taught by the links, else where the heads agree
+            teachers = agreed if links is None else link_teachers(links, batch["src"],
+                                                                  batch["tgt_out"])
+            real_tgt, real_src = ((batch[k] != PAD_ID) & (batch[k] != EOS_ID)
+                                  for k in ("tgt_out", "src"))
+            sums["align_student_sum"] = (
+                student_cross_entropy(student, teachers[0], real_tgt)
+                + student_cross_entropy(terms["alignment_student_reverse_log_posterior"],
+                                        teachers[1], real_src))
+            total = total + sums["align_student_sum"]
     return total / jnp.maximum(tokens, 1.0), sums
 
 

@@ -32,6 +32,7 @@ from attention.dropout import dropout
 from configs.model import ModelConfig
 from data.tokenizer import EOS_ID, PAD_ID
 from models.alignment_head import AlignmentHead, head_log_likelihood
+from models.alignment_student import AlignmentStudent, log_posteriors
 from models.layers import DecoderLayer, Embeddings, EncoderLayer, layer_norm, split_rng
 
 
@@ -86,6 +87,9 @@ class Transformer(nnx.Module):
         # ... and its twin of the other direction (target -> source), model.alignment_reverse.
         self.alignment_reverse = (AlignmentHead(config, rngs=rngs, reverse=True)
                                   if config.alignment_reverse else None)
+        # ... and the context-aware layer the two teach (models/alignment_student.py).
+        self.alignment_student = (AlignmentStudent(config, rngs=rngs)
+                                  if config.alignment_student else None)
 
     def encode(self, src: jnp.ndarray, *, segments=None, positions=None, dropout_rng=None,
                return_weights: bool = False, head_mask: dict | None = None):
@@ -200,7 +204,10 @@ class Transformer(nnx.Module):
         underflow), with model.alignment_jumps "alignment_transition_bias" [B, S + 1, S]
         (`AlignmentHead.transition_bias`), and the reverse head's the same with
         "alignment_reverse_" names, rows and columns swapped ([B, S, T] and [B, T + 1, T];
-        the target's `</s>` its NULL word)).
+        the target's `</s>` its NULL word), and with model.alignment_student
+        "alignment_student_log_posterior" [B, T, S] and
+        "alignment_student_reverse_log_posterior" [B, S, T], its scores read both ways
+        (models/alignment_student.py)).
         """
         enc_rng, dec_rng = split_rng(dropout_rng, 2)
         memory, src_valid, enc_w = self.encode(src, segments=src_segments,
@@ -221,10 +228,10 @@ class Transformer(nnx.Module):
         terms = {"alignment_log_prior": log_prior, "alignment_log_lexical": log_lexical,
                  **({} if bias is None else {"alignment_transition_bias": bias})}
         reverse_log_likelihood = None
+        target_rows = (self.target_embed.tokens.embedding[...][tgt_out]
+                       * self.target_embed.d_model**0.5)
         if self.alignment_reverse is not None:  # the same, target -> source
             reverse = self.alignment_reverse
-            target_rows = (self.target_embed.tokens.embedding[...][tgt_out]
-                           * self.target_embed.d_model**0.5)
             reverse_mask = jnp.broadcast_to((tgt_out != PAD_ID)[:, None, :],
                                             (*src.shape, tgt_out.shape[1]))
             r_prior, r_lexical = reverse.log_terms(None, None, target_rows, src, reverse_mask)
@@ -234,6 +241,13 @@ class Transformer(nnx.Module):
             terms.update(alignment_reverse_log_prior=r_prior,
                          alignment_reverse_log_lexical=r_lexical,
                          alignment_reverse_transition_bias=r_bias)
+        if self.alignment_student is not None:  # its scores read both ways
+            scores = self.alignment_student(states, target_rows, memory, rows, log_lexical,
+                                            terms["alignment_reverse_log_lexical"], src_valid,
+                                            tgt_out != PAD_ID)
+            forward, backward = log_posteriors(scores, src_valid, tgt_out != PAD_ID)
+            terms.update(alignment_student_log_posterior=forward,
+                         alignment_student_reverse_log_posterior=backward)
         weights = {"encoder_self": enc_w, **weights, **terms} if return_weights else terms
         return self.target_embed.logits(states), log_likelihood, reverse_log_likelihood, weights
 

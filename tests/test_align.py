@@ -30,15 +30,17 @@ SCORE = r"precision: (\d+\.\d\d) recall: (\d+\.\d\d)"
 @pytest.fixture(scope="module")
 def reverse_workdir(tmp_path_factory) -> Path:
     """The smoke config trained en->de (40 steps, ~20 s) with an alignment head (its HMM
-    form, model.alignment_jumps) and its reverse twin (model.alignment_reverse), so the
-    tests read the cross-attention (de->en), the head's posterior (en->de) and the
-    reverse head's (de->en, from the same run)."""
+    form, model.alignment_jumps), its reverse twin (model.alignment_reverse) and the
+    student they teach (model.alignment_student), so the tests read the cross-attention
+    (de->en), the head's and the student's posteriors (en->de) and the reverse head's
+    (de->en, from the same run)."""
     workdir = tmp_path_factory.mktemp("smoke_en_de") / "run"
     result = run_script("train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
                         "--config.data.source_lang=en", "--config.data.target_lang=de",
                         "--config.model.alignment_head=True",
                         "--config.model.alignment_jumps=True",
-                        "--config.model.alignment_reverse=True")
+                        "--config.model.alignment_reverse=True",
+                        "--config.model.alignment_student=True")
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
@@ -186,6 +188,29 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
                       r"alignment_reverse, alignment_joint\) only")
     with pytest.raises(UserError, match=only_the_heads):
         align(reverse_workdir, targets, sources, layer=0, prior_weight=0.5)
+    with pytest.raises(UserError, match=only_the_heads):
+        align(reverse_workdir, targets, sources, layer="alignment_student", prior_weight=0.5)
+    # The student: its own posterior (no prior weight), rows of target pieces as the
+    # head's, each row's mass on the source pieces and NULL summing to 1.
+    taught = align(reverse_workdir, targets, sources, layer="alignment_student",
+                   threshold="argmax", keep_recorded=True)
+    assert (taught["settings"]["layer"], taught["settings"]["prior_weight"]) == (
+        "alignment_student", None)
+    assert taught["links"] == taught["recorded"].links("alignment_student", False, None)
+    assert taught["links"] != head["links"]
+    rec_taught = taught["recorded"]
+    for posterior in rec_taught.head_posteriors(None, "alignment_student"):
+        np.testing.assert_allclose(posterior.sum(-1), 1.0, rtol=1e-5)
+    # Its joint reading: the geometric mean of its rows' and its columns' posteriors.
+    for (rows, columns), joint in zip(rec_taught.student, rec_taught.head_posteriors(
+            None, "alignment_student_joint"), strict=True):
+        np.testing.assert_allclose(columns.sum(-1), 1.0, rtol=1e-5)
+        np.testing.assert_allclose(joint[:-1, :-1], np.sqrt(rows[:-1, :-1] * columns[:-1, :-1].T),
+                                   rtol=1e-6)
+        assert np.all(joint[-1] == 0) and np.all(joint[:, -1] == 0)
+    with pytest.raises(UserError, match=r"has no alignment_student head "
+                                        r"\(model.alignment_head is off\)"):
+        align(smoke_workdir, sources, targets, layer="alignment_student")
     rev = [[(i, j) for j, i in links] for links in back]
     for method in ("intersect", "union", "grow-diag-final-and"):
         result = align(smoke_workdir, sources, targets, reverse_workdir=reverse_workdir,
@@ -253,8 +278,9 @@ def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, rever
     # 2 checkpoints x (layer 0, mean) x shift x piece or word map x (argmax + 7
     # thresholds), both directions, and the forward maps read both ways (x 3 methods);
     # the reverse run's alignment head, its reverse twin and their joint reading add 2
-    # checkpoints x 4 prior weights x 2 maps x (argmax + 7 thresholds) each.
-    assert len(stored["grid"]) == 128 + 48 + 128 + 3 * 128
+    # checkpoints x 4 prior weights x 2 maps x (argmax + 7 thresholds) each, the
+    # student's two readings the same without prior weights.
+    assert len(stored["grid"]) == 128 + 48 + 128 + 3 * 128 + 2 * 32
     assert stored["selected_on"]["dev_sentences"] == 5
     head_grid = [g for g in stored["grid"] if g["layer"] == "alignment"]
     assert len(head_grid) == 128 and {g["prior_weight"] for g in head_grid} == {1, 0.5, 0.25, 0}
@@ -310,7 +336,8 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
                       "--threshold must be 'argmax' or a number in (0, 1], got '2'"),
         "layer word": (["--workdir", str(absent), *good, "--layer", "top"],
                        "--layer must be an index, 'mean' or one of 'alignment', "
-                       "'alignment_reverse', 'alignment_joint', got 'top'"),
+                       "'alignment_reverse', 'alignment_joint', 'alignment_student', "
+                       "'alignment_student_joint', got 'top'"),
         "no head": (["--workdir", str(smoke_workdir), *good, "--layer", "alignment"],
                     "has no alignment head (model.alignment_head is off)"),
         "plot pair": (["--workdir", str(smoke_workdir), *good, "--plot", str(tmp_path / "p.png"),
@@ -420,7 +447,11 @@ def test_alignment_readings_bench(reverse_workdir, tmp_path):
     en, de = read_pairs(pairs)
     golds = read_gold(gold, en, de)
     last = data["rows"][-1]
-    assert len(last["readings"]) == 4
+    assert len(last["readings"]) == 6  # the reverse run has both heads and the student
+    student = align(reverse_workdir, en, de, golds=golds, checkpoint=str(kept[-1]),
+                    layer="alignment_student_joint", threshold=0.3, words=True)
+    assert last["readings"]["student joint, word map, threshold 0.3"] == \
+        student["scores"]["all"]
     joint = align(reverse_workdir, en, de, golds=golds, checkpoint=str(kept[-1]),
                   layer="alignment_joint", threshold=0.3, words=True, prior_weight=0.5)
     assert last["readings"]["joint, word map, W = 0.5, threshold 0.3"] == joint["scores"]["all"]

@@ -143,14 +143,15 @@ def toy_batch(pairs) -> dict:
 
 
 def trained_on_toy_reversal(jumps: bool = False, attention_prior: bool = True,
-                            reverse: bool = False):
+                            reverse: bool = False, student: bool = False):
     """A small model with an alignment head (an HMM with `jumps`, with or without its
-    prior attention, and its `reverse` twin) trained 300 steps on the toy bitext: (model,
-    64 new test pairs, forward_with_alignment's weights on them)."""
+    prior attention, its `reverse` twin and the `student` they teach) trained 300 steps
+    on the toy bitext: (model, 64 new test pairs, forward_with_alignment's weights on
+    them)."""
     cfg = smoke.get_config()
     cfg.model.update(d_model=32, num_heads=2, d_ff=64, alignment_head=True,
                      alignment_jumps=jumps, alignment_attention_prior=attention_prior,
-                     alignment_reverse=reverse, dropout=0.0)
+                     alignment_reverse=reverse, alignment_student=student, dropout=0.0)
     cfg.train.update(learning_rate=3e-3, warmup_steps=20)
     graphdef, state = create_train_state(cfg, 40, 40)
     step = make_train_step(graphdef, cfg.train)
@@ -181,34 +182,43 @@ def test_the_head_learns_a_known_alignment():
 
 
 def test_a_train_step_moves_translation_as_without_the_heads():
-    """Clipping takes the translation's gradient norm apart from the heads' (clip_apart):
-    steps under a tight clip leave the translation parameters where a model without
-    heads puts them (a few steps: Adam's first is blind to the gradient's scale), and
+    """Clipping takes the translation's gradient norm apart from the heads' and the
+    student's (clip_apart): steps under a tight clip leave the translation parameters
+    where a model without heads puts them, and the heads where a model without the
+    student puts them (a few steps: Adam's first is blind to the gradient's scale), and
     each group is clipped to the norm."""
     from models.training import clip_apart
 
     batches = [toy_batch(toy_bitext(np.random.default_rng(seed), 4)) for seed in range(3)]
     after = {}
-    for heads in (False, True):
+    for parts in ("none", "heads", "heads and student"):
+        heads, student = parts != "none", parts == "heads and student"
         cfg = smoke.get_config()
         cfg.model.update(d_model=16, num_heads=2, d_ff=32, alignment_head=heads,
-                         alignment_jumps=heads, alignment_reverse=heads, dropout=0.0)
+                         alignment_jumps=heads, alignment_reverse=heads,
+                         alignment_student=student, dropout=0.0)
         cfg.train.update(grad_clip=0.01, warmup_steps=1)  # every step clipped
         graphdef, state = create_train_state(cfg, 40, 40)
         step = make_train_step(graphdef, cfg.train)
         for batch in batches:
             state, _ = step(state, batch)
-        after[heads] = jax.device_get(state["params"])
-    for name in ("alignment_head", "alignment_reverse"):
-        assert name not in after[False] and name in after[True]
-        after[True].pop(name)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8),
-                 after[False], after[True])
+        after[parts] = jax.device_get(state["params"])
+    def same(a, b):
+        jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-8), a, b)
 
-    grads = {"embed": jnp.full((4,), 3.0), "alignment_head": {"w": jnp.full((9,), 4.0)}}
+    assert "alignment_student" in after["heads and student"]
+    after["heads and student"].pop("alignment_student")
+    for name in ("alignment_head", "alignment_reverse"):
+        assert name not in after["none"] and name in after["heads"]
+        same(after["heads"].pop(name), after["heads and student"].pop(name))  # the teachers
+    same(after["none"], after["heads"])  # translation, without and with the heads ...
+    same(after["none"], after["heads and student"])  # ... and the student
+
+    grads = {"embed": jnp.full((4,), 3.0), "alignment_head": {"w": jnp.full((9,), 4.0)},
+             "alignment_student": {"w": jnp.full((16,), 5.0)}}
     for container in (dict, nnx.State):  # the train step's pure dicts, bench's States
         clipped, _ = clip_apart(1.0).update(container(grads), optax.EmptyState())
         assert type(clipped) is container
-        assert float(jnp.linalg.norm(clipped["embed"])) == pytest.approx(1.0, rel=1e-6)
-        assert float(jnp.linalg.norm(clipped["alignment_head"]["w"])) == pytest.approx(1.0,
-                                                                                  rel=1e-6)
+        for norm in (clipped["embed"], clipped["alignment_head"]["w"],
+                     clipped["alignment_student"]["w"]):  # each group to 1 on its own
+            assert float(jnp.linalg.norm(norm)) == pytest.approx(1.0, rel=1e-6)

@@ -252,6 +252,9 @@ def test_validate_config_errors():
     cfg.model.alignment_reverse, cfg.train.align_agreement = False, 1.0
     with pytest.raises(UserError, match="train.align_agreement needs model.alignment_reverse"):
         cli.validate_config(cfg)
+    cfg.train.align_agreement, cfg.model.alignment_student = 0.0, True
+    with pytest.raises(UserError, match="model.alignment_student needs model.alignment_reverse"):
+        cli.validate_config(cfg)
 
 
 def test_main_guard_describes_os_errors_on_paths(capsys, monkeypatch):

@@ -1,0 +1,172 @@
+"""An outside aligner's links as the alignment student's teacher (data.teacher_links):
+Moses tokens folded onto whitespace words, word links mapped onto pieces by hand,
+the batches' link matrices, the teachers the loss builds from them, the loss taught by
+them, and the refusals."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention import teacher_links as tl
+from configs.errors import UserError
+from data.batching import TokenArray, TrainBatcher
+from data.tokenizer import EOS_ID, PAD_ID
+from models.alignment_student import link_teachers, student_cross_entropy
+from models.training import batch_loss
+from models.transformer import Transformer
+from tests.test_alignment_head import small_config, toy_batch
+from tests.test_alignment_reverse import PAIRS, reverse_model
+
+# A made-up vocabulary: ids 0-3 the specials, then pieces ("▁" opens a word).
+PIECES = ["<pad>", "<unk>", "<s>", "</s>", "\u2581a", "b", "\u2581c", "\u2581d", "e"]
+OPENS = tl.piece_word_index(PIECES)
+
+
+def test_moses_tokens_fold_onto_the_whitespace_words_that_hold_them():
+    assert tl.token_words("Ein Hund.", ["ein", "hund", "."]) == [0, 1, 1]
+    assert tl.token_words("Er sagt: \"Ja!\"", ["er", "sagt", ":", '"', "ja", "!", '"']) == \
+        [0, 1, 1, 2, 2, 2, 2]
+    # A token the line does not spell stays with the word before it.
+    assert tl.token_words("it's fine", ["it", "&apos;s", "fine"]) == [0, 0, 1]
+    assert tl.token_words("  zwei   Hunde ", ["zwei", "hunde"]) == [0, 1]
+
+
+def test_word_links_are_mapped_onto_every_piece_of_the_linked_words():
+    # Source "▁a b ▁c </s>" (words 0 0 1), target "▁d e ▁a" (words 0 0 1).
+    src, tgt = TokenArray.from_lists([[4, 5, 6, EOS_ID]]), TokenArray.from_lists([[7, 8, 4]])
+    entry = tl.piece_links(src, tgt, [[(0, 1), (1, 0)]], OPENS, OPENS)[0]
+    pairs = sorted(zip(entry[0::2].tolist(), entry[1::2].tolist(), strict=True))
+    assert pairs == [(0, 2), (1, 2), (2, 0), (2, 1)]  # (target piece, source piece)
+    assert len(tl.piece_links(src, tgt, [[]], OPENS, OPENS)[0]) == 0
+
+
+def test_links_naming_a_word_the_pair_lacks_are_refused_with_the_line():
+    src, tgt = TokenArray.from_lists([[4, EOS_ID], [4, 6, EOS_ID]]), \
+        TokenArray.from_lists([[7], [7, 4]])
+    with pytest.raises(UserError, match="line 2: link 2-0 but the pair has 2 source"):
+        tl.piece_links(src, tgt, [[(0, 0)], [(2, 0)]], OPENS, OPENS)
+
+
+def test_repeated_pairs_are_aligned_once_and_links_fold_onto_words(monkeypatch):
+    seen = []
+
+    def fake_eflomal(source, target, folder):  # token k of one side with token k of the other
+        seen.append(list(source))
+        diagonal = [[(k, k) for k in range(min(len(s.split()), len(t.split())))]
+                    for s, t in zip(source, target, strict=True)]
+        return diagonal, diagonal
+
+    monkeypatch.setattr(tl, "eflomal_links", fake_eflomal)
+    sources = ["Ein Hund.", "Zwei Katzen", "Ein Hund."]
+    targets = ["A dog .", "Two cats", "A dog ."]
+    links = tl.word_links(sources, targets, "de", "en")
+    assert seen == [["ein hund .", "zwei katzen"]]  # Moses-tokenized, lowercased, once each
+    # "." is token 2 of both sides: German word 1 ("Hund."), English word 2.
+    assert links == [[(0, 0), (1, 1), (1, 2)], [(0, 0), (1, 1)], [(0, 0), (1, 1), (1, 2)]]
+
+
+def test_the_batches_carry_each_rows_link_matrix():
+    src = [[4, 5, 6, EOS_ID], [6, EOS_ID]]
+    tgt = [[7, 8, 4], [4]]
+    links = tl.piece_links(TokenArray.from_lists(src), TokenArray.from_lists(tgt),
+                           [[(0, 1), (1, 0)], [(0, 0)]], OPENS, OPENS)
+    batcher = TrainBatcher(src, tgt, batch_tokens=64, max_length=8, links=links)
+    seen = 0
+    for index in range(batcher.num_batches):
+        length, rows = batcher.epoch_plan(0)[index]
+        batch = batcher.batch(0, index)
+        assert batch["teacher_links"].shape == (len(batch["src"]), length, length)
+        for r, pair in enumerate(rows):
+            want = np.zeros((length, length), np.uint8)
+            entry = links[pair]
+            want[entry[0::2], entry[1::2]] = 1
+            np.testing.assert_array_equal(batch["teacher_links"][r], want)
+            seen += 1
+    assert seen == 2
+    assert "teacher_links" not in TrainBatcher(src, tgt, batch_tokens=64, max_length=8).batch(0, 0)
+    with pytest.raises(UserError, match="teacher links for 1 pairs, but 2"):
+        TrainBatcher(src, tgt, batch_tokens=64, max_length=8,
+                     links=TokenArray.from_lists([[0, 0]]))
+
+
+def test_link_teachers_spread_each_row_over_its_links_or_put_it_on_null():
+    src = jnp.array([[5, 6, 7, EOS_ID, PAD_ID]])
+    tgt_out = jnp.array([[8, 9, EOS_ID, PAD_ID]])
+    links = np.zeros((1, 4, 5), np.uint8)
+    links[0, 0, [0, 2]] = 1  # target piece 0 with source pieces 0 and 2
+    links[0, 3, 4] = 1  # on padding: ignored
+    forward, reverse = (np.asarray(t) for t in link_teachers(jnp.asarray(links), src, tgt_out))
+    np.testing.assert_allclose(forward[0, 0], [0.5, 0, 0.5, 0, 0])
+    np.testing.assert_allclose(forward[0, 1], [0, 0, 0, 1, 0])  # unlinked: NULL, the </s>
+    np.testing.assert_allclose(reverse[0, 0], [1, 0, 0, 0])
+    np.testing.assert_allclose(reverse[0, 1], [0, 0, 1, 0])  # source piece 1: the target </s>
+    np.testing.assert_allclose(reverse[0, 2], [1, 0, 0, 0])
+
+
+def test_the_loss_teaches_the_student_the_batchs_links():
+    """With "teacher_links" in the batch the student's cross-entropies are taken against
+    them, not the heads' agreed posteriors; translation and the heads get the same
+    gradient as without the student."""
+    batch = toy_batch(PAIRS)
+    b, t = batch["tgt_out"].shape
+    s = batch["src"].shape[1]
+    rng = np.random.default_rng(0)
+    batch["teacher_links"] = jnp.asarray(rng.random((b, t, s)) < 0.2, jnp.uint8)
+    model = Transformer(small_config(alignment_jumps=True, alignment_reverse=True,
+                                     alignment_student=True, dropout=0.0), rngs=nnx.Rngs(0))
+    nnx.update(model, nnx.state(reverse_model()))
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    def loss(p, batch):
+        return batch_loss(nnx.merge(graphdef, p), batch, 0.1)
+
+    (_, sums), grads = jax.value_and_grad(loss, has_aux=True)(params.to_pure_dict(), batch)
+    terms = model.forward_with_alignment(batch["src"], batch["tgt_in"], batch["tgt_out"])[3]
+    forward, reverse = link_teachers(batch["teacher_links"], batch["src"], batch["tgt_out"])
+    real = {k: (batch[k] != PAD_ID) & (batch[k] != EOS_ID) for k in ("src", "tgt_out")}
+    want = float(student_cross_entropy(terms["alignment_student_log_posterior"], forward,
+                                       real["tgt_out"])
+                 + student_cross_entropy(terms["alignment_student_reverse_log_posterior"],
+                                         reverse, real["src"]))
+    assert float(sums["align_student_sum"]) == pytest.approx(want, rel=1e-5)
+    without = dict(batch)
+    del without["teacher_links"]
+    (_, heads_sums), heads_grads = jax.value_and_grad(loss, has_aux=True)(
+        params.to_pure_dict(), without)
+    assert float(heads_sums["align_student_sum"]) != pytest.approx(want, rel=1e-3)
+    grads.pop("alignment_student")
+    heads_grads.pop("alignment_student")
+    jax.tree.map(lambda a, c: np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-7),
+                 grads, heads_grads)
+
+
+def test_teacher_links_refuse_a_run_without_the_student_or_with_resegmentation():
+    from configs import cli
+    from configs.align_de_en import get_config
+
+    config = get_config()
+    config.data.teacher_links = "links.txt"
+    with pytest.raises(UserError, match="set model.alignment_student=True"):
+        cli.validate_config(config)
+    config.model.alignment_student = True
+    cli.validate_config(config)
+    config.data.spm_sampling_alpha = 0.1
+    with pytest.raises(UserError, match="needs data.spm_sampling_alpha=0"):
+        cli.validate_config(config)
+
+
+def test_train_refuses_a_links_file_of_another_text(tmp_path):
+    import train
+
+    src, tgt = TokenArray.from_lists([[4, EOS_ID]]), TokenArray.from_lists([[7]])
+    path = tmp_path / "links.txt"
+    path.write_text("0-0\n0-0\n")
+    with pytest.raises(UserError, match="has 2 lines, the training text 1 pairs"):
+        train.teacher_links(str(path), None, src, tgt, 0)
+    with pytest.raises(UserError, match="1 training pairs were dropped"):
+        train.teacher_links(str(path), None, src, tgt, 1)
+    path.write_text("0-x\n")
+    with pytest.raises(UserError, match="not a Pharaoh link"):
+        train.teacher_links(str(path), None, src, tgt, 0)
