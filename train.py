@@ -87,22 +87,29 @@ from models.training import (
 )
 
 
-def teacher_links(path: str, tokenizer, src_ids, tgt_ids, dropped: int):
-    """data.teacher_links, read and mapped onto the training rows' pieces (attention/
-    teacher_links.py); UserError for a file that does not align the training text."""
+def read_teacher_links(path: str, pairs: int) -> list:
+    """data.teacher_links, read and checked against the training text's `pairs` (before
+    anything is written); UserError for a file that does not align it line by line."""
     from attention.alignment import read_pharaoh
+
+    try:
+        links = read_pharaoh(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"data.teacher_links: {e}") from None
+    if len(links) != pairs:
+        raise UserError(f"data.teacher_links: {path} has {len(links)} lines, the training text "
+                        f"{pairs} pairs")
+    return links
+
+
+def teacher_piece_links(links: list, tokenizer, src_ids, tgt_ids, dropped: int):
+    """The word links of `read_teacher_links` mapped onto the training rows' pieces
+    (attention/teacher_links.py)."""
     from attention.teacher_links import piece_links, piece_word_index
 
     if dropped:
         raise UserError(f"data.teacher_links: {dropped} training pairs were dropped as too long, "
                         "so the links no longer match the rows; raise data.max_length")
-    try:
-        links = read_pharaoh(path)
-    except (OSError, ValueError) as e:
-        raise UserError(f"data.teacher_links: {e}") from None
-    if len(links) != len(src_ids):
-        raise UserError(f"data.teacher_links: {path} has {len(links)} lines, the training text "
-                        f"{len(src_ids)} pairs")
 
     def opens(pieces_of, size: int):
         return piece_word_index(pieces_of(list(range(size))))
@@ -137,6 +144,8 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     cache = DataCache(cfg.data.cache_dir)
     corpus = cache.scan(source)
     valid = load_corpus(cfg.data, "valid")
+    word_links = read_teacher_links(cfg.data.teacher_links, corpus.pairs) \
+        if cfg.data.teacher_links else None
     if latest is not None:
         check_resume_inputs(LoopState.from_meta(ckpt.restore_meta(reader, latest)), latest,
                             workdir, corpus.data_sha256)
@@ -146,8 +155,8 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     src_ids, tgt_ids, dropped = cache.encoded(source, corpus, tokenizer, workdir / "tokenizer",
                                               cfg.data.max_length, cfg.data.long_pairs)
     mesh = make_mesh()
-    links = teacher_links(cfg.data.teacher_links, tokenizer, src_ids, tgt_ids, dropped) \
-        if cfg.data.teacher_links else None
+    links = teacher_piece_links(word_links, tokenizer, src_ids, tgt_ids, dropped) \
+        if word_links is not None else None
     # Subword regularisation draws each epoch's segmentation afresh (data/sampling.py).
     batcher = (SampledEpochs(source, tokenizer, cfg.data, batch_tokens=cfg.train.batch_tokens,
                              batch_multiple=mesh.size, seed=cfg.train.seed)

@@ -160,13 +160,50 @@ def test_teacher_links_refuse_a_run_without_the_student_or_with_resegmentation()
 def test_train_refuses_a_links_file_of_another_text(tmp_path):
     import train
 
-    src, tgt = TokenArray.from_lists([[4, EOS_ID]]), TokenArray.from_lists([[7]])
     path = tmp_path / "links.txt"
     path.write_text("0-0\n0-0\n")
+    assert train.read_teacher_links(str(path), 2) == [[(0, 0)], [(0, 0)]]
     with pytest.raises(UserError, match="has 2 lines, the training text 1 pairs"):
-        train.teacher_links(str(path), None, src, tgt, 0)
+        train.read_teacher_links(str(path), 1)
     with pytest.raises(UserError, match="1 training pairs were dropped"):
-        train.teacher_links(str(path), None, src, tgt, 1)
+        train.teacher_piece_links([[(0, 0)]], None, None, None, 1)
     path.write_text("0-x\n")
     with pytest.raises(UserError, match="not a Pharaoh link"):
-        train.teacher_links(str(path), None, src, tgt, 0)
+        train.read_teacher_links(str(path), 1)
+    with pytest.raises(UserError, match="No such file"):
+        train.read_teacher_links(str(tmp_path / "missing.txt"), 1)
+
+
+@pytest.mark.slow
+def test_training_with_teacher_links_end_to_end(tmp_path):
+    """train.py reads data.teacher_links, maps them onto the rows and teaches the student
+    (its loss is logged); a file of another length is one error line, exit 2."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    from tests.conftest import run_script
+
+    def words(lang: str) -> list[int]:
+        with gzip.open(Path("data/multi30k") / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
+            return [len(next(f).split()) for _ in range(2000)]
+
+    path = tmp_path / "links.txt"
+    path.write_text("".join(" ".join(f"{k}-{k}" for k in range(min(a, b))) + "\n"
+                            for a, b in zip(words("de"), words("en"), strict=True)))
+    args = ["--config", "configs/smoke.py", "--config.train.num_steps=4",
+            "--config.data.max_length=160", "--config.data.bucket_step=80",  # drop no pair
+            "--config.train.log_every_steps=2", "--config.eval.every_steps=100",
+            "--config.model.alignment_head=True", "--config.model.alignment_jumps=True",
+            "--config.model.alignment_reverse=True", "--config.model.alignment_student=True",
+            f"--config.data.teacher_links={path}"]
+    result = run_script("train.py", *args, "--workdir", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    logged = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").open()]
+    assert all(r["align_student"] > 0 for r in logged if r["split"] == "train")
+    path.write_text("0-0\n")
+    result = run_script("train.py", *args, "--workdir", str(tmp_path / "bad"))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: data.teacher_links: {path} has 1 lines, the training text 2000 pairs"]
+    assert not (tmp_path / "bad").exists()
