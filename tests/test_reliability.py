@@ -274,8 +274,8 @@ def test_resume_names_a_saved_key_this_code_does_not_have():
     """A run saved by code with an option since removed: the line says the key is gone."""
     new = smoke.get_config()
     saved = json.loads(json.dumps(new.to_dict()))
-    saved["model"]["alignment_student"] = False
-    with pytest.raises(UserError, match=r"model\.alignment_student: False -> \(not a key of "
+    saved["model"]["removed_option"] = False
+    with pytest.raises(UserError, match=r"model\.removed_option: False -> \(not a key of "
                                         r"this code\)\); they cannot change on resume"):
         check_resume_config(saved, new, "runs/x")
 
