@@ -81,6 +81,7 @@ from attention.align_settings import (
 )
 from attention.alignment import (
     HEAD_LAYER,
+    HEADS_AND_STUDENT_LAYER,
     JOINT_HEADS_LAYER,
     REVERSE_HEAD_LAYER,
     STUDENT_JOINT_LAYER,
@@ -114,8 +115,9 @@ def define_flags() -> None:
     flags.DEFINE_string("layer", None, "Decoder layer (negative from the end), mean, or "
                         f"{HEAD_LAYER} (the model's alignment head), {REVERSE_HEAD_LAYER} "
                         f"(its reverse twin), {JOINT_HEADS_LAYER} (the two heads' agreement) "
-                        f"or {STUDENT_LAYER} / {STUDENT_JOINT_LAYER} (the layer they "
-                        "teach: its rows / both ways).")
+                        f"{STUDENT_LAYER} / {STUDENT_JOINT_LAYER} (the alignment student: "
+                        f"its rows / both ways) or {HEADS_AND_STUDENT_LAYER} (the mean of the "
+                        "two joint readings).")
     flags.DEFINE_string("heads", None, "mean, or comma-separated head indices to average.")
     flags.DEFINE_bool("shift", None, "Read the row where the target word is the input.")
     flags.DEFINE_bool("words", None, "Merge the map into words before reading it (else "

@@ -55,12 +55,16 @@ HEAD_LAYER = "alignment"
 REVERSE_HEAD_LAYER = "alignment_reverse"
 # ... and the one that reads the two heads' agreement: their posteriors' geometric mean.
 JOINT_HEADS_LAYER = "alignment_joint"
-# ... and the two that read the layer the two heads teach (model.alignment_student): its
-# rows, and the geometric mean of its rows and columns. No prior to weigh.
+# ... and the two that read the alignment student (model.alignment_student, taught by the
+# heads or by an outside aligner's links): its rows, and the geometric mean of its rows and
+# columns. No prior to weigh.
 STUDENT_LAYER = "alignment_student"
 STUDENT_JOINT_LAYER = "alignment_student_joint"
 STUDENT_LAYERS = (STUDENT_LAYER, STUDENT_JOINT_LAYER)
-HEAD_LAYERS = (HEAD_LAYER, REVERSE_HEAD_LAYER, JOINT_HEADS_LAYER, *STUDENT_LAYERS)
+# ... and the mean of the two joint readings, the heads' (a prior to weigh) and the student's.
+HEADS_AND_STUDENT_LAYER = "alignment_heads_student"
+HEAD_LAYERS = (HEAD_LAYER, REVERSE_HEAD_LAYER, JOINT_HEADS_LAYER, *STUDENT_LAYERS,
+               HEADS_AND_STUDENT_LAYER)
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a new whitespace word
 SPECIAL_TOKENS = frozenset({"<s>", "</s>", "<pad>", ""})
 

@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.fast_align and not os.access(args.fast_align, os.X_OK):
         raise UserError(f"--fast_align {args.fast_align}: not an executable file")
     from attention.alignment import (
+        HEADS_AND_STUDENT_LAYER,
         JOINT_HEADS_LAYER,
         REVERSE_HEAD_LAYER,
         read_gold,
@@ -185,8 +186,10 @@ def run(args: argparse.Namespace) -> dict:
     if args.workdir:
         start = time.perf_counter()
         fwd = align(args.workdir, sources, targets, symmetrize_with="none")
-        joint = fwd["settings"]["layer"] == JOINT_HEADS_LAYER  # the two heads' agreement
-        add("attnmt joint (the two heads)" if joint else "attnmt fwd", fwd["links"],
+        name = {JOINT_HEADS_LAYER: "attnmt joint (the two heads)",
+                HEADS_AND_STUDENT_LAYER: "attnmt heads and student"}.get(
+                    fwd["settings"]["layer"], "attnmt fwd")
+        add(name, fwd["links"],
             settings=fwd["settings"])
         if args.reverse_workdir:
             rev = align(args.reverse_workdir, targets, sources, symmetrize_with="none")

@@ -34,6 +34,8 @@ READINGS = (
     ("joint, word map, W = 0.5, threshold 0.3", "alignment_joint", 0.3, True, 0.5),
     ("student, word map, threshold 0.3", "alignment_student", 0.3, True, None),
     ("student joint, word map, threshold 0.3", "alignment_student_joint", 0.3, True, None),
+    ("heads and student, word map, W = 0.5, threshold 0.3", "alignment_heads_student", 0.3,
+     True, 0.5),
 )
 
 

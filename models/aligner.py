@@ -19,6 +19,7 @@ from attention.align_settings import RESULT_FILE, SETTING_KEYS, stored_settings
 from attention.alignment import (
     HEAD_LAYER,
     HEAD_LAYERS,
+    HEADS_AND_STUDENT_LAYER,
     JOINT_HEADS_LAYER,
     REVERSE_HEAD_LAYER,
     STUDENT_LAYERS,
@@ -63,7 +64,7 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
         s["layer"] = (JOINT_HEADS_LAYER if JOINT_HEADS_LAYER in rec.head_layers else
                       HEAD_LAYER if rec.has_head else max(rec.num_layers - 2, 0))
     s["layer"] = rec.layer_index(s["layer"])
-    if s["layer"] == JOINT_HEADS_LAYER:
+    if s["layer"] in (JOINT_HEADS_LAYER, HEADS_AND_STUDENT_LAYER):
         s.update({k: v for k, v in JOINT_READING.items()
                   if given.get(k) is None and stored.get(k) is None})
     weighed = [layer for layer in HEAD_LAYERS if layer not in STUDENT_LAYERS]  # have a prior

@@ -20,6 +20,7 @@ import numpy as np
 from attention.alignment import (
     HEAD_LAYER,
     HEAD_LAYERS,
+    HEADS_AND_STUDENT_LAYER,
     JOINT_HEADS_LAYER,
     REVERSE_HEAD_LAYER,
     STUDENT_JOINT_LAYER,
@@ -232,7 +233,8 @@ class Recorded:
         self.student = student  # per unit (its rows' posterior, its columns'), or None
         # the joint reading needs both heads (a reverse head never comes without the other)
         present = {HEAD_LAYER: head, REVERSE_HEAD_LAYER: reverse, JOINT_HEADS_LAYER: reverse,
-                   STUDENT_LAYER: student, STUDENT_JOINT_LAYER: student}
+                   STUDENT_LAYER: student, STUDENT_JOINT_LAYER: student,
+                   HEADS_AND_STUDENT_LAYER: student}
         self.head_layers = [layer for layer in HEAD_LAYERS if present[layer] is not None]
         self.layers = [*range(self.num_layers), "mean", *self.head_layers]
 
@@ -244,7 +246,8 @@ class Recorded:
         if layer in HEAD_LAYERS:
             if layer not in self.head_layers:
                 flag = ("alignment_head" if not self.has_head else "alignment_student"
-                        if layer in STUDENT_LAYERS else "alignment_reverse")
+                        if layer in (*STUDENT_LAYERS, HEADS_AND_STUDENT_LAYER)
+                        else "alignment_reverse")
                 raise UserError(f"--layer {layer}: {self.workdir} has no {layer} head "
                                 f"(model.{flag} is off)")
             return layer
@@ -282,7 +285,10 @@ class Recorded:
         """Per unit, the posterior `head_posterior(terms, prior_weight)` (None = 1) of the
         head `layer` (HEAD_LAYERS), computed once per weight: `--select` reads each weight
         at every threshold. The student (STUDENT_LAYERS) has no prior: its rows'
-        posterior, or their `joint_posterior` with its columns', whatever the weight."""
+        posterior, or their `joint_posterior` with its columns', whatever the weight.
+        HEADS_AND_STUDENT_LAYER is the mean of the heads' joint posterior (at the weight)
+        and the student's: a map (and a word map, the merge being linear) halfway
+        between the two readings."""
         if layer == STUDENT_LAYER:
             return [rows for rows, _ in self.student]
         if layer == STUDENT_JOINT_LAYER:
@@ -292,7 +298,11 @@ class Recorded:
         weight = 1.0 if prior_weight is None else float(prior_weight)
         key = (layer, weight)
         if key not in self._posteriors:
-            if layer == JOINT_HEADS_LAYER:  # from the two heads' own (cached) posteriors
+            if layer == HEADS_AND_STUDENT_LAYER:
+                posteriors = [(h + s) / 2 for h, s in zip(
+                    self.head_posteriors(weight, JOINT_HEADS_LAYER),
+                    self.head_posteriors(None, STUDENT_JOINT_LAYER), strict=True)]
+            elif layer == JOINT_HEADS_LAYER:  # from the two heads' own (cached) posteriors
                 forward, reverse = (self.head_posteriors(weight, name)
                                     for name in (HEAD_LAYER, REVERSE_HEAD_LAYER))
                 posteriors = [joint_posterior(f, r) for f, r in zip(forward, reverse,

@@ -185,7 +185,7 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
     assert not np.allclose(rec.word_matrix(0, "alignment", False, prior_weight=0.0), matrix,
                            atol=1e-3)
     only_the_heads = (r"--prior_weight applies to the heads' layers \(alignment, "
-                      r"alignment_reverse, alignment_joint\) only")
+                      r"alignment_reverse, alignment_joint, alignment_heads_student\) only")
     with pytest.raises(UserError, match=only_the_heads):
         align(reverse_workdir, targets, sources, layer=0, prior_weight=0.5)
     with pytest.raises(UserError, match=only_the_heads):
@@ -208,6 +208,12 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
         np.testing.assert_allclose(joint[:-1, :-1], np.sqrt(rows[:-1, :-1] * columns[:-1, :-1].T),
                                    rtol=1e-6)
         assert np.all(joint[-1] == 0) and np.all(joint[:, -1] == 0)
+    # The heads and the student: the mean of the two joint readings, the heads' at W.
+    for mean, heads, student in zip(
+            rec_taught.head_posteriors(0.5, "alignment_heads_student"),
+            rec_taught.head_posteriors(0.5, "alignment_joint"),
+            rec_taught.head_posteriors(None, "alignment_student_joint"), strict=True):
+        np.testing.assert_allclose(mean, (heads + student) / 2, rtol=1e-6)
     with pytest.raises(UserError, match=r"has no alignment_student head "
                                         r"\(model.alignment_head is off\)"):
         align(smoke_workdir, sources, targets, layer="alignment_student")
@@ -277,17 +283,18 @@ def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, rever
     assert settings["checkpoint"] in ("20", "40") and settings["heads"] == "mean"
     # 2 checkpoints x (layer 0, mean) x shift x piece or word map x (argmax + 7
     # thresholds), both directions, and the forward maps read both ways (x 3 methods);
-    # the reverse run's alignment head, its reverse twin and their joint reading add 2
-    # checkpoints x 4 prior weights x 2 maps x (argmax + 7 thresholds) each, the
-    # student's two readings the same without prior weights.
-    assert len(stored["grid"]) == 128 + 48 + 128 + 3 * 128 + 2 * 32
+    # the reverse run's alignment head, its reverse twin, their joint reading and its
+    # mean with the student's add 2 checkpoints x 4 prior weights x 2 maps x (argmax + 7
+    # thresholds) each, the student's two readings the same without prior weights.
+    assert len(stored["grid"]) == 128 + 48 + 128 + 4 * 128 + 2 * 32
     assert stored["selected_on"]["dev_sentences"] == 5
     head_grid = [g for g in stored["grid"] if g["layer"] == "alignment"]
     assert len(head_grid) == 128 and {g["prior_weight"] for g in head_grid} == {1, 0.5, 0.25, 0}
     both_ways = [g for g in stored["grid"] if g.get("symmetrize", "none") != "none"]
     assert len(both_ways) == 48 and all(g["threshold"] is None for g in both_ways)
     assert all(g["prior_weight"] is None for g in stored["grid"]
-               if g["layer"] not in ("alignment", "alignment_reverse", "alignment_joint"))
+               if g["layer"] not in ("alignment", "alignment_reverse", "alignment_joint",
+                                     "alignment_heads_student"))
     forward = [g for g in stored["grid"] if g["direction"] == "forward"]
     assert stored["scores"]["dev"]["aer"] <= min(g["dev_aer"] for g in forward) + 1e-12
     assert stored["scores"]["dev"]["sentences"] == 5
@@ -337,7 +344,7 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
         "layer word": (["--workdir", str(absent), *good, "--layer", "top"],
                        "--layer must be an index, 'mean' or one of 'alignment', "
                        "'alignment_reverse', 'alignment_joint', 'alignment_student', "
-                       "'alignment_student_joint', got 'top'"),
+                       "'alignment_student_joint', 'alignment_heads_student', got 'top'"),
         "no head": (["--workdir", str(smoke_workdir), *good, "--layer", "alignment"],
                     "has no alignment head (model.alignment_head is off)"),
         "plot pair": (["--workdir", str(smoke_workdir), *good, "--plot", str(tmp_path / "p.png"),
@@ -352,7 +359,7 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
         "prior weight, no head": (
             ["--workdir", str(smoke_workdir), *good, "--prior_weight", "0.5"],
             "--prior_weight applies to the heads' layers (alignment, alignment_reverse, "
-            "alignment_joint) only"),
+            "alignment_joint, alignment_heads_student) only"),
     }
     results = parallel("attention.align", {name: argv for name, (argv, _) in cases.items()})
     for name, result in results.items():
@@ -447,7 +454,7 @@ def test_alignment_readings_bench(reverse_workdir, tmp_path):
     en, de = read_pairs(pairs)
     golds = read_gold(gold, en, de)
     last = data["rows"][-1]
-    assert len(last["readings"]) == 6  # the reverse run has both heads and the student
+    assert len(last["readings"]) == 7  # the reverse run has both heads and the student
     student = align(reverse_workdir, en, de, golds=golds, checkpoint=str(kept[-1]),
                     layer="alignment_student_joint", threshold=0.3, words=True)
     assert last["readings"]["student joint, word map, threshold 0.3"] == \
