@@ -92,6 +92,9 @@ def read_teacher_links(path: str, pairs: int) -> list:
     anything is written); UserError for a file that does not align it line by line."""
     from attention.alignment import read_pharaoh
 
+    if not Path(path).is_file():
+        raise UserError(f"data.teacher_links: {path} is not a file (make it with python -m "
+                        "attention.teacher_links, attention/teacher_links.py)")
     try:
         links = read_pharaoh(path)
     except (OSError, ValueError) as e:

@@ -170,7 +170,8 @@ def test_train_refuses_a_links_file_of_another_text(tmp_path):
     path.write_text("0-x\n")
     with pytest.raises(UserError, match="not a Pharaoh link"):
         train.read_teacher_links(str(path), 1)
-    with pytest.raises(UserError, match="No such file"):
+    with pytest.raises(UserError, match="missing.txt is not a file \\(make it with python -m "
+                                        "attention.teacher_links"):
         train.read_teacher_links(str(tmp_path / "missing.txt"), 1)
 
 
