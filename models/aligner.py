@@ -39,7 +39,9 @@ TOP_PER_DIRECTION = 5  # each direction's best settings combined by --select
 # --select chose on the RWTH dev pairs for both runs of configs/align_de_en.py measured
 # (2026-11-25; on all 508 pairs, W 0.5 or a threshold of 0.25-0.4 was at most 0.7 AER
 # worse), so a run of another language pair without gold links to select on reads its
-# heads the way that works, not the forward head's argmax (about 6 AER worse there).
+# heads the way that works, not the forward head's argmax (about 6 AER worse there). The
+# mean of the heads' and the eflomal-taught student's joint readings (HEADS_AND_STUDENT_LAYER)
+# selected the same settings (2026-11-26).
 JOINT_READING = {"words": True, "threshold": 0.3, "prior_weight": 0.25}
 
 
@@ -60,8 +62,12 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
     s["shift"] = bool(s["shift"])
     rec = Recorded(workdir, s["checkpoint"], sources, targets, s["heads"], batch_size, max_tokens)
     s["checkpoint"] = str(rec.step)
-    if s["layer"] is None:  # the two heads' joint reading, the head, the penultimate layer
-        s["layer"] = (JOINT_HEADS_LAYER if JOINT_HEADS_LAYER in rec.head_layers else
+    if s["layer"] is None:  # the recipe's reading: heads and the student they were taught
+        # beside (by an outside aligner's links), else the heads' joint reading, the head,
+        # the penultimate layer
+        taught = rec.cfg.data.get("teacher_links") and HEADS_AND_STUDENT_LAYER in rec.head_layers
+        s["layer"] = (HEADS_AND_STUDENT_LAYER if taught else
+                      JOINT_HEADS_LAYER if JOINT_HEADS_LAYER in rec.head_layers else
                       HEAD_LAYER if rec.has_head else max(rec.num_layers - 2, 0))
     s["layer"] = rec.layer_index(s["layer"])
     if s["layer"] in (JOINT_HEADS_LAYER, HEADS_AND_STUDENT_LAYER):

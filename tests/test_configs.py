@@ -100,6 +100,7 @@ def test_experiment_specifics():
     # Multi30k has both languages, else files beside the training ones.
     fr_en = parse(["prog", f"--config={ROOT / 'configs/align_de_en.py'}:fr-en"])
     assert fr_en.data.train_source == "runs/align_data_en-fr/train.fr"
+    assert fr_en.data.teacher_links == "runs/align_data_en-fr/train.links"
     assert fr_en.data.valid_target == "data/multi30k/val.en.gz"
     ro_en = parse(["prog", f"--config={ROOT / 'configs/align_de_en.py'}:en-ro"])
     assert (ro_en.data.train_target, ro_en.data.valid_source) == (

@@ -146,8 +146,10 @@ def test_teacher_links_refuse_a_run_without_the_student_or_with_resegmentation()
     from configs import cli
     from configs.align_de_en import get_config
 
-    config = get_config()
-    config.data.teacher_links = "links.txt"
+    config = get_config()  # the recipe: the student, taught eflomal's links
+    assert config.model.alignment_student and config.data.teacher_links
+    cli.validate_config(config)
+    config.model.alignment_student = False
     with pytest.raises(UserError, match="set model.alignment_student=True"):
         cli.validate_config(config)
     config.model.alignment_student = True
