@@ -1,5 +1,5 @@
 """An alignment layer that reads the translation model's context, taught by the two
-alignment heads (model.alignment_student).
+alignment heads or by an outside aligner's links (model.alignment_student).
 
 The heads of models/alignment_head.py are statistical aligners with neural parts: their
 lexical tables see one source piece's embedding, IBM model 1's view, so a link is earned
