@@ -4,7 +4,8 @@
         [--gold gold.talp] [--reverse_workdir W2]
         [--symmetrize grow-diag-final-and|intersect|union|none]
         [--layer L|mean|alignment|alignment_reverse|alignment_joint|
-                 alignment_student|alignment_student_joint] [--heads mean|0,2]
+                 alignment_student|alignment_student_joint|alignment_heads_student]
+        [--heads mean|0,2]
         [--[no]shift] [--[no]words] [--threshold argmax|X] [--prior_weight W]
         [--checkpoint best|last|STEP] [--select] [--plot PNG [--plot_pair K]]
 
@@ -33,9 +34,11 @@ alignment_reverse` and `--layer alignment_joint`: the geometric mean of the two 
 posteriors, a link where both directions agree (Liang et al. 2006's posterior decoding;
 `models.forced_alignment.joint_posterior`). A run with `model.alignment_student` also
 offers `--layer alignment_student` and `--layer alignment_student_joint`: the
-context-aware layer the two heads teach (models/alignment_student.py), its scores
-normalised over the source pieces, or the geometric mean of that and their
-normalisation over the target pieces (no prior, so no `--prior_weight`).
+context-aware layer taught by the two heads or by an outside aligner's links
+(models/alignment_student.py), its scores normalised over the source pieces, or the
+geometric mean of that and their normalisation over the target pieces (no prior, so no
+`--prior_weight`); and `--layer alignment_heads_student`, the mean of the heads' and the
+student's joint readings (the recipe's reading when the student was taught links).
 `--words` merges the map into words first (a target word's piece rows averaged, a
 source word's piece columns summed) and reads that, instead of merging the pieces' links.
 `--reverse_workdir` adds a model of the opposite direction (its links are transposed)
@@ -114,7 +117,7 @@ def define_flags() -> None:
                       "(without --reverse_workdir: the map's rows with its columns).")
     flags.DEFINE_string("layer", None, "Decoder layer (negative from the end), mean, or "
                         f"{HEAD_LAYER} (the model's alignment head), {REVERSE_HEAD_LAYER} "
-                        f"(its reverse twin), {JOINT_HEADS_LAYER} (the two heads' agreement) "
+                        f"(its reverse twin), {JOINT_HEADS_LAYER} (the two heads' agreement), "
                         f"{STUDENT_LAYER} / {STUDENT_JOINT_LAYER} (the alignment student: "
                         f"its rows / both ways) or {HEADS_AND_STUDENT_LAYER} (the mean of the "
                         "two joint readings).")

@@ -65,6 +65,8 @@ STUDENT_LAYERS = (STUDENT_LAYER, STUDENT_JOINT_LAYER)
 HEADS_AND_STUDENT_LAYER = "alignment_heads_student"
 HEAD_LAYERS = (HEAD_LAYER, REVERSE_HEAD_LAYER, JOINT_HEADS_LAYER, *STUDENT_LAYERS,
                HEADS_AND_STUDENT_LAYER)
+# The ones read with a prior weight (`--prior_weight`): all but the student's own.
+PRIOR_LAYERS = tuple(layer for layer in HEAD_LAYERS if layer not in STUDENT_LAYERS)
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a new whitespace word
 SPECIAL_TOKENS = frozenset({"<s>", "</s>", "<pad>", ""})
 

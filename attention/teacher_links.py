@@ -23,7 +23,6 @@ are.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ import numpy as np
 
 from attention.alignment import WORD_START, Link, format_pharaoh, read_pharaoh
 from attention.alignment_scoring import symmetrize
+from configs import cli
 from configs.errors import UserError
 from data.batching import TokenArray
 
@@ -132,27 +132,39 @@ def piece_links(source_ids: TokenArray, target_ids: TokenArray, links: Sequence[
     return TokenArray.from_lists(rows)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", required=True, help="source side, one sentence per line")
-    parser.add_argument("--target", required=True, help="target side, line by line")
-    parser.add_argument("--source_lang", required=True, help="language code (Moses rules)")
-    parser.add_argument("--target_lang", required=True)
-    args = parser.parse_args(argv)
-    from data.corpora import DataError, read_parallel
+def define_flags() -> None:
+    """The flags (only when run as a script: importing never adds global flags)."""
+    from absl import flags
 
+    flags.DEFINE_string("source", None, "Source side of the training text, one pair a line.")
+    flags.DEFINE_string("target", None, "Target side, line by line with --source.")
+    flags.DEFINE_string("source_lang", None, "Source language code (Moses' rules).")
+    flags.DEFINE_string("target_lang", None, "Target language code.")
+
+
+def main(argv: list[str]) -> None:
+    """absl main: reads the two sides, aligns them, prints one Pharaoh line per pair."""
+    from absl import flags
+
+    from data.corpora import read_parallel
+
+    f = flags.FLAGS
+    if len(argv) > 1:
+        raise UserError(f"unexpected arguments: {' '.join(argv[1:])}")
+    missing = [name for name in ("source", "target", "source_lang", "target_lang")
+               if not f[name].value]
+    if missing:
+        raise UserError(f"--{missing[0]} is required")
+    sources, targets = read_parallel(f.source, f.target)
     try:
         import eflomal  # noqa: F401
     except ImportError:
-        sys.exit("error: eflomal is not installed: pip install -e '.[bench]' (or pip install "
-                 "eflomal)")
-    try:
-        sources, targets = read_parallel(args.source, args.target)
-    except DataError as e:
-        sys.exit(f"error: {e}")
-    for links in word_links(sources, targets, args.source_lang, args.target_lang):
+        raise UserError("eflomal is not installed: pip install -e '.[bench]' (or pip install "
+                        "eflomal)") from None
+    for links in word_links(sources, targets, f.source_lang, f.target_lang):
         sys.stdout.write(format_pharaoh(links) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    define_flags()
+    cli.run(main)

@@ -4,7 +4,7 @@ recipe's alignments move with training, one table row per (run, checkpoint).
     python bench/alignment_readings.py --workdir W [--workdir W2 ...] [--steps 500,1000]
         [--pairs P] [--gold G] [--json OUT]
 
-Each checkpoint is forced-decoded once and read six fixed ways (`READINGS`, the
+Each checkpoint is forced-decoded once and read seven fixed ways (`READINGS`, the
 columns of docs/alignment.md's tables); the figures are AER on *all* gold pairs. This is
 exploration, not the protocol: the settings are fixed in advance, nothing is chosen on
 these figures (`python -m attention.align --select` chooses on the first 100 pairs).

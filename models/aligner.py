@@ -21,8 +21,8 @@ from attention.alignment import (
     HEAD_LAYERS,
     HEADS_AND_STUDENT_LAYER,
     JOINT_HEADS_LAYER,
+    PRIOR_LAYERS,
     REVERSE_HEAD_LAYER,
-    STUDENT_LAYERS,
 )
 from attention.alignment_scoring import SYMMETRIZE, alignment_scores, symmetrize
 from configs import cli
@@ -73,11 +73,10 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
     if s["layer"] in (JOINT_HEADS_LAYER, HEADS_AND_STUDENT_LAYER):
         s.update({k: v for k, v in JOINT_READING.items()
                   if given.get(k) is None and stored.get(k) is None})
-    weighed = [layer for layer in HEAD_LAYERS if layer not in STUDENT_LAYERS]  # have a prior
-    if s["layer"] not in weighed:
+    if s["layer"] not in PRIOR_LAYERS:
         if given.get("prior_weight") is not None:
             raise UserError("--prior_weight applies to the heads' layers "
-                            f"({', '.join(weighed)}) only")
+                            f"({', '.join(PRIOR_LAYERS)}) only")
         s["prior_weight"] = None
     elif s["prior_weight"] is None:
         s["prior_weight"] = 1.0
@@ -191,7 +190,7 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
         rec = Recorded(workdir, step, src, tgt, heads, batch_size, max_tokens)
         for layer in rec.layers:
             head = layer in HEAD_LAYERS
-            if not head or layer in STUDENT_LAYERS:
+            if layer not in PRIOR_LAYERS:
                 weights = (None,)  # only the heads have a prior to weigh
             elif given.get("prior_weight") is not None:
                 weights = (given["prior_weight"],)

@@ -177,6 +177,29 @@ def test_train_refuses_a_links_file_of_another_text(tmp_path):
         train.read_teacher_links(str(tmp_path / "missing.txt"), 1)
 
 
+def test_the_command_refuses_bad_input_in_one_line(tmp_path):
+    from tests.conftest import run_module
+
+    (tmp_path / "a.de").write_text("ein Hund\nzwei\n")
+    (tmp_path / "a.en").write_text("a dog\n")
+    sides = ["--source", str(tmp_path / "a.de"), "--target", str(tmp_path / "a.en")]
+    cases = {
+        "a side missing": (sides[:2] + ["--source_lang", "de", "--target_lang", "en"],
+                           "--target is required"),
+        "line counts": (sides + ["--source_lang", "de", "--target_lang", "en"],
+                        "mismatched line counts"),
+        "no file": (["--source", str(tmp_path / "none.de"), *sides[2:], "--source_lang", "de",
+                     "--target_lang", "en"], "none.de"),
+    }
+    for name, (argv, message) in cases.items():
+        result = run_module("attention.teacher_links", *argv)
+        assert result.returncode == 2, (name, result.stderr)
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, \
+            (name, result.stderr)
+        assert message in result.stderr, (name, result.stderr)
+        assert result.stdout == ""
+
+
 @pytest.mark.slow
 def test_training_with_teacher_links_end_to_end(tmp_path):
     """train.py reads data.teacher_links, maps them onto the rows and teaches the student
