@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import logging as std_logging
 import math
 import sys
@@ -87,9 +88,11 @@ from models.training import (
 )
 
 
-def read_teacher_links(path: str, pairs: int) -> list:
+def read_teacher_links(path: str, pairs: int) -> tuple[list, str]:
     """data.teacher_links, read and checked against the training text's `pairs` (before
-    anything is written); UserError for a file that does not align it line by line."""
+    anything is written): (each pair's word links, the file's SHA-256, kept in the
+    checkpoint so a resume cannot switch teachers). UserError for a file that does not
+    align the text line by line."""
     from attention.alignment import read_pharaoh
 
     if not Path(path).is_file():
@@ -97,12 +100,14 @@ def read_teacher_links(path: str, pairs: int) -> list:
                         "attention.teacher_links, attention/teacher_links.py)")
     try:
         links = read_pharaoh(path)
+        with open(path, "rb") as file:
+            sha256 = hashlib.file_digest(file, "sha256").hexdigest()
     except (OSError, ValueError) as e:
         raise UserError(f"data.teacher_links: {e}") from None
     if len(links) != pairs:
         raise UserError(f"data.teacher_links: {path} has {len(links)} lines, the training text "
                         f"{pairs} pairs")
-    return links
+    return links, sha256
 
 
 def teacher_piece_links(links: list, tokenizer, src_ids, tgt_ids, dropped: int):
@@ -147,11 +152,11 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     cache = DataCache(cfg.data.cache_dir)
     corpus = cache.scan(source)
     valid = load_corpus(cfg.data, "valid")
-    word_links = read_teacher_links(cfg.data.teacher_links, corpus.pairs) \
-        if cfg.data.teacher_links else None
+    word_links, links_sha256 = read_teacher_links(cfg.data.teacher_links, corpus.pairs) \
+        if cfg.data.teacher_links else (None, "")
     if latest is not None:
         check_resume_inputs(LoopState.from_meta(ckpt.restore_meta(reader, latest)), latest,
-                            workdir, corpus.data_sha256)
+                            workdir, corpus.data_sha256, links_sha256)
 
     # 2. The data checks passed: the tokenizer and the encoded data are written (or read).
     tokenizer = cache.tokenizer(workdir / "tokenizer", cfg.data, source, corpus)
@@ -177,6 +182,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
         reader.close()
     loop.data_sha256 = corpus.data_sha256
     loop.tokenizer_sha256 = tokenizer_fingerprint(workdir / "tokenizer")
+    loop.teacher_links_sha256 = links_sha256
     step = int(state["step"])
 
     manager = ckpt.make_manager(checkpoint_dir, cfg.checkpoint.keep)  # drops half-written saves

@@ -23,8 +23,9 @@ class LoopState:
     bad_evals: int = 0  # validations since the best one (train.patience)
     train_seconds: float = 0.0  # wall time spent training, over all sessions
     decay_start_seconds: float = -1.0  # train_seconds when warmup ended ("cosine_budget")
-    data_sha256: str = ""  # fingerprints of the training pairs and tokenizer files
+    data_sha256: str = ""  # fingerprints of the training pairs and tokenizer files ...
     tokenizer_sha256: str = ""
+    teacher_links_sha256: str = ""  # ... and of data.teacher_links' file ("" = none)
 
     @classmethod
     def from_meta(cls, meta: dict) -> LoopState:
@@ -73,12 +74,19 @@ class StopRequest:
         return signal.Signals(self.signum).name if self.signum else ""
 
 
-def check_resume_inputs(loop: LoopState, step: int, workdir: Path, data_sha256: str) -> None:
-    """Refuse a checkpoint whose training data or tokenizer differ from what this run has
-    (the config can be unchanged while a file was edited or tokenizer/ replaced)."""
+def check_resume_inputs(loop: LoopState, step: int, workdir: Path, data_sha256: str,
+                        teacher_links_sha256: str = "") -> None:
+    """Refuse a checkpoint whose training data, teacher links or tokenizer differ from what
+    this run has (the config can be unchanged while a file was edited or tokenizer/
+    replaced). A fingerprint the checkpoint lacks ("": saved before it existed) is not
+    checked."""
     if loop.data_sha256 and loop.data_sha256 != data_sha256:
         raise UserError(f"the training data differ from those checkpoint step {step} in {workdir} "
                         "was trained on (same config, other file contents); use a new --workdir")
+    if loop.teacher_links_sha256 and loop.teacher_links_sha256 != teacher_links_sha256:
+        raise UserError(f"data.teacher_links differs from the links checkpoint step {step} in "
+                        f"{workdir} was taught with (same path, other contents); put the original "
+                        "file back or use a new --workdir")
     tokenizer_dir = workdir / "tokenizer"
     if not (tokenizer_dir / "tokenizer.json").is_file():
         raise UserError(f"{tokenizer_dir} is missing or incomplete; checkpoint step {step} needs "

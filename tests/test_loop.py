@@ -3,9 +3,11 @@ saved in checkpoints, and a progress bar that tells the truth under a time budge
 
 import re
 
+import pytest
 from conftest import run_script
 
-from models.loop import LoopState, expected_last_step, itstime
+from configs.errors import UserError
+from models.loop import LoopState, check_resume_inputs, expected_last_step, itstime
 
 
 def test_itstime_every_n_steps_and_at_the_final_step():
@@ -21,6 +23,18 @@ def test_loop_state_round_trips_through_checkpoint_meta():
     loop = LoopState.from_meta(meta)
     assert (loop.epoch, loop.batch_index, loop.best_step, loop.tokenizer_sha256) == (2, 5, 40, "b")
     assert LoopState.from_meta({}) == LoopState()
+
+
+def test_resume_refuses_other_teacher_links_but_not_a_checkpoint_saved_without_them(tmp_path):
+    (tmp_path / "tokenizer").mkdir()
+    (tmp_path / "tokenizer/tokenizer.json").write_text("{}")
+    taught = LoopState(data_sha256="d", teacher_links_sha256="links-a")
+    check_resume_inputs(taught, 10, tmp_path, "d", "links-a")
+    with pytest.raises(UserError, match="data.teacher_links differs from the links checkpoint "
+                                        "step 10 in .* was taught with"):
+        check_resume_inputs(taught, 10, tmp_path, "d", "links-b")
+    # Saved before the fingerprint existed: nothing to compare.
+    check_resume_inputs(LoopState(data_sha256="d"), 10, tmp_path, "d", "links-b")
 
 
 def test_expected_last_step_under_a_time_budget():

@@ -3,6 +3,8 @@ Moses tokens folded onto whitespace words, word links mapped onto pieces by hand
 the batches' link matrices, the teachers the loss builds from them, the loss taught by
 them, and the refusals."""
 
+import hashlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -164,7 +166,9 @@ def test_train_refuses_a_links_file_of_another_text(tmp_path):
 
     path = tmp_path / "links.txt"
     path.write_text("0-0\n0-0\n")
-    assert train.read_teacher_links(str(path), 2) == [[(0, 0)], [(0, 0)]]
+    links, sha256 = train.read_teacher_links(str(path), 2)
+    assert links == [[(0, 0)], [(0, 0)]]
+    assert sha256 == hashlib.sha256(b"0-0\n0-0\n").hexdigest()
     with pytest.raises(UserError, match="has 2 lines, the training text 1 pairs"):
         train.read_teacher_links(str(path), 1)
     with pytest.raises(UserError, match="1 training pairs were dropped"):
@@ -227,6 +231,12 @@ def test_training_with_teacher_links_end_to_end(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     logged = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").open()]
     assert all(r["align_student"] > 0 for r in logged if r["split"] == "train")
+    # Other links under the same path: the resume refuses to switch teachers.
+    path.write_text(path.read_text().replace("0-0", "1-1", 1))
+    result = run_script("train.py", *args, "--config.train.num_steps=6",
+                        "--workdir", str(tmp_path / "run"))
+    assert result.returncode == 2
+    assert "error: data.teacher_links differs from the links checkpoint step 4" in result.stderr
     path.write_text("0-0\n")
     result = run_script("train.py", *args, "--workdir", str(tmp_path / "bad"))
     assert result.returncode == 2
