@@ -89,7 +89,8 @@ def test_experiment_specifics():
     cpu = parse(["prog", f"--config={ROOT / 'configs/multi30k_de_en_cpu.py'}"])
     assert (cpu.data.vocab_size, cpu.data.spm_model_type, cpu.data.bucket_step) == (6000, "unigram", 8)
     assert (cpu.model.dropout, cpu.train.learning_rate, cpu.train.max_minutes) == (0.2, 3e-3, 60.0)
-    assert (cpu.train.schedule, cpu.eval.length_penalty) == ("cosine_budget", 1.0)
+    assert (cpu.train.schedule, cpu.eval.length_penalty, cpu.eval.every_steps) == (
+        "cosine_budget", 1.0, 2000)
     # The alignment config: both directions, the gold pairs' own training files.
     for arg, (src, tgt) in (("", ("de", "en")), (":en-de", ("en", "de"))):
         align = parse(["prog", f"--config={ROOT / 'configs/align_de_en.py'}{arg}"])
