@@ -12,11 +12,11 @@ BLEU 42.84 cased / 43.13 lc-tok (beam 5), test 41.31 cased / 41.60 lc-tok. Valid
 every 500 steps on the same machine earlier that day (median 4,984 tok/s): 5,751 steps,
 valid 42.21, test 41.71 cased. A greedy validation costs ~4 s, so the 8 fewer saved
 ~40 s of the hour; the steps the machine gives decide the rest, and the two runs' test
-figures differ the other way from their validation ones: run-to-run spread. On 2026-11-25, a
-2-core AMD EPYC without AVX-512 (about 2,200 tok/s): 2,401 steps, valid BLEU 40.27,
-test 39.13 cased / 39.39 lc-tok. Greedy valid BLEU
-38.64 at step 2,000, where an inverse-sqrt run (2026-11-24, another machine, with
-subword sampling) had 36.35. A machine twice as fast gets about twice the steps.
+figures differ the other way from their validation ones: run-to-run spread. On
+2026-11-25, a 2-core AMD EPYC without AVX-512 (about 2,200 tok/s): 2,401 steps, valid
+BLEU 40.27, test 39.13 cased / 39.39 lc-tok. Greedy valid BLEU 38.64 at step 2,000,
+where an inverse-sqrt run (2026-11-24, another machine, with subword sampling) had
+36.35. A machine twice as fast gets about twice the steps.
 
     python train.py --config configs/multi30k_de_en_cpu.py --workdir runs/de_en_cpu
     python evaluate.py --workdir runs/de_en_cpu --split test --beam_size 5 --checkpoint last

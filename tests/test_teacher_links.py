@@ -233,10 +233,12 @@ def test_training_with_teacher_links_end_to_end(tmp_path):
     assert all(r["align_student"] > 0 for r in logged if r["split"] == "train")
     # Other links under the same path: the resume refuses to switch teachers.
     path.write_text(path.read_text().replace("0-0", "1-1", 1))
+    saved = sorted(p.name for p in (tmp_path / "run/checkpoints").iterdir())
     result = run_script("train.py", *args, "--config.train.num_steps=6",
                         "--workdir", str(tmp_path / "run"))
     assert result.returncode == 2
     assert "error: data.teacher_links differs from the links checkpoint step 4" in result.stderr
+    assert sorted(p.name for p in (tmp_path / "run/checkpoints").iterdir()) == saved
     path.write_text("0-0\n")
     result = run_script("train.py", *args, "--workdir", str(tmp_path / "bad"))
     assert result.returncode == 2
