@@ -21,6 +21,7 @@ names=()
 while read -r name config rest; do
   [[ -z "$name" || "$name" == \#* ]] && continue
   names+=("$name")
+  mkdir -p "$(dirname "logs/$name")"  # a NAME like en_de_seeds/seed1 (train.py --seeds' layout)
   # shellcheck disable=SC2086
   timeout -s INT "$TRAIN_T" python3 train.py --config "$config" --workdir "runs/$name" $rest > "logs/$name.train.log" 2>&1 &
 done < "$PLAN"
@@ -42,7 +43,8 @@ for name in "${names[@]}"; do
   v=$(for lp in ${LPS:-0.6 1.0}; do python3 -c "import json; d=json.load(open('runs/$name/eval/valid_avg10_beam5_lp$lp.json')); print('lp$lp', round(d['bleu'],2), round(d['bleu_lc_tok'],2), end=' ')" 2>/dev/null; done)
   echo "$name  valid-greedy(step,bleu)=$last  train(step,tok/s)=$tr  valid-avg10-beam5(cased,lc-tok)=$v"
 done
-tar czf "$OUTDIR/runs.tgz" logs runs/*/config.json runs/*/metrics.jsonl runs/*/eval 2>/dev/null
+tar czf "$OUTDIR/runs.tgz" logs runs/*/config.json runs/*/metrics.jsonl runs/*/eval \
+  runs/*/*/config.json runs/*/*/metrics.jsonl runs/*/*/eval 2>/dev/null
 if [ -n "${PACK:-}" ] && [ -d "runs/$PACK/checkpoints" ]; then
   last=$(ls runs/$PACK/checkpoints | grep -E '^[0-9]+$' | sort -n | tail -1)
   tar cf - runs/$PACK/config.json runs/$PACK/tokenizer runs/$PACK/metrics.jsonl runs/$PACK/checkpoints/$last runs/$PACK/attention | gzip -1 | split -b 15M - "$OUTDIR/model_$PACK.tgz.part"
