@@ -81,7 +81,7 @@ own name, with the requested checkpoint (`best`, `last`) when their steps differ
 Seeds whose runs are no longer side by side (trained in other sessions or on other
 machines) are summarized from their stored results, without decoding:
 
-    python evaluate.py --seed_results results/multi30k_de_en_seed0.json,results/multi30k_de_en_seed1.json,results/multi30k_de_en_seed2.json \\
+    python evaluate.py --seed_results results/multi30k_de_en_seed1.json,results/multi30k_de_en_seed2.json,results/multi30k_de_en_seed3.json \\
         --output results/multi30k_de_en.json
 
 writes the same summary to `--output` (its name is the file's stem, its workdir the

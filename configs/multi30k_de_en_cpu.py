@@ -40,6 +40,6 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.warmup_steps = 1000
     config.eval.every_steps = 2000
     config.eval.beam_size = 1
-    config.eval.length_penalty = 1.0
+    config.eval.length_penalty = 1.0  # 1.25 (the full recipe's): 42.68 valid, 42.84 at 1.0
     config.checkpoint.every_steps = 500
     return config
