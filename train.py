@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import logging as std_logging
 import math
 import sys
@@ -58,7 +57,7 @@ from configs.errors import UserError
 from configs.files import remove_stale_temp_files
 from configs.resume import check_resume_config
 from data.batching import TrainBatcher, prefetch
-from data.cache import DataCache
+from data.cache import DataCache, file_sha256
 from data.corpora import load_corpus
 from data.packing import pack_batches
 from data.sampling import SampledEpochs
@@ -99,9 +98,7 @@ def read_teacher_links(path: str, pairs: int) -> tuple[list, str]:
         raise UserError(f"data.teacher_links: {path} is not a file (make it with python -m "
                         "attention.teacher_links, attention/teacher_links.py)")
     try:
-        links = read_pharaoh(path)
-        with open(path, "rb") as file:
-            sha256 = hashlib.file_digest(file, "sha256").hexdigest()
+        links, sha256 = read_pharaoh(path), file_sha256(path)
     except (OSError, ValueError) as e:
         raise UserError(f"data.teacher_links: {e}") from None
     if len(links) != pairs:

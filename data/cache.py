@@ -79,7 +79,8 @@ def _key(*parts) -> str:
     return hashlib.sha256(json.dumps([FORMAT, *parts]).encode()).hexdigest()
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, hex (cache manifests; train.py's teacher links)."""
     with open(path, "rb") as file:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
@@ -216,7 +217,7 @@ def _build_entry(folder: Path, source: TrainingSource, corpus: Scan, tokenizer: 
         manifest["files"][f"{side}.bin"] = {"sha256": digests[side].hexdigest(),
                                             "bytes": int(offsets[-1]) * np.dtype(dtype).itemsize}
         path = folder / f"{side}.offsets.npy"
-        manifest["files"][path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+        manifest["files"][path.name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size}
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
@@ -236,7 +237,7 @@ def _open_entry(entry: Path, inputs: dict) -> tuple[TokenArray, TokenArray, int]
         path = entry / name
         if not path.is_file() or path.stat().st_size != expected["bytes"]:
             raise CacheError(f"{name} is missing or has the wrong size")
-        if _sha256(path) != expected["sha256"]:
+        if file_sha256(path) != expected["sha256"]:
             raise CacheError(f"{name} does not match its SHA-256")
     if len(manifest.get("files", {})) != 2 * len(SIDES):
         raise CacheError("its manifest lists other files")
