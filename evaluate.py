@@ -78,6 +78,9 @@ bleu_lc_tok_signature, bleu_lc_tok_preprocessing, chrf_signature; the seeds must
 on them), name, workdir, num_seeds, split, source, reference,
 checkpoint_steps (per seed), decoding, files {json, seeds}, time. `<name>` is the seeds'
 own name, with the requested checkpoint (`best`, `last`) when their steps differ.
+With `best` or `last`, every seed run must have finished training (a seed still
+training would be averaged with the others as it stands); `--checkpoint STEP` reads
+the same step of each, finished or not.
 Seeds whose runs are no longer side by side (trained in other sessions or on other
 machines) are summarized from their stored results, without decoding:
 
@@ -96,7 +99,7 @@ line per input line) and the summary goes to stderr. A progress bar runs on stde
 
 Bad input (no checkpoint, damaged checkpoint, missing or non-UTF-8 file, mismatched
 line counts, a tokenizer that does not fit the checkpoint, ensemble members with another
-tokenizer, stdin for seed runs) gives one `error: ...` line
+tokenizer, stdin for seed runs, an unfinished seed run) gives one `error: ...` line
 on stderr and exit code 2, before anything is written. Input files are checked before
 JAX is even imported, so such errors come back in about a second.
 """
@@ -119,7 +122,13 @@ from configs.errors import UserError
 from configs.files import prepare_output_folder, write_atomic
 from models import seeds
 from models.inputs import output_base, read_inputs
-from models.loading import check_ensemble, checkpoint_dir, load_params, load_tokenizer
+from models.loading import (
+    check_ensemble,
+    checkpoint_dir,
+    load_params,
+    load_tokenizer,
+    unfinished_training,
+)
 
 FLAGS = flags.FLAGS
 EVAL_DIR = "eval"
@@ -345,6 +354,12 @@ def evaluate_seeds(parent: Path, runs: list[Path], opts: EvalOptions) -> dict:
     for run in runs:  # each run is whole, or none is evaluated
         cli.load_config_json(run)
         checkpoint_dir(run)
+    if not (opts.checkpoint or "").isdigit():  # best / last: of the finished runs only
+        for run in runs:
+            if where := unfinished_training(run):
+                raise UserError(f"{run} has not finished training ({where}): resume it with "
+                                "its train.py command, or name one step for every seed "
+                                "with --checkpoint STEP")
     out_dir = prepare_output_folder(parent / EVAL_DIR)
     results = [evaluate(run, **dataclasses.asdict(opts)) for run in runs]
     first = results[0]

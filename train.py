@@ -71,6 +71,7 @@ from models.loop import (
     StopRequest,
     check_resume_inputs,
     expected_last_step,
+    finished_reason,
     itstime,
 )
 from models.metrics_log import MetricsLog
@@ -187,6 +188,13 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
         write_config_json(cfg, workdir)
         for folder in (workdir, workdir / "attention", workdir / "eval"):  # cut off by a kill
             remove_stale_temp_files(folder)
+    if latest is not None and (done := finished_reason(step, loop, cfg.train)):
+        # A finished run resumes to no work (a time budget or patience would otherwise
+        # let it train one more step); a larger train.num_steps extends it.
+        print(f"attnmt: {workdir} finished training at step {step} ({done}); nothing to do",
+              file=sys.stderr)
+        manager.close()
+        return 0
     log = MetricsLog(workdir, step)
     params_count = sum(x.size for x in jax.tree.leaves(state["params"]))
     print(f"attnmt: {len(src_ids)} training pairs ({dropped} too long, dropped), "
@@ -242,9 +250,8 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
                 step, cfg.train.num_steps, cfg.train.max_minutes, loop.train_seconds,
                 (time.time() - session_start) / (step - first_step))
             progress.update(1)
-            out_of_time = bool(cfg.train.max_minutes) and (
-                loop.train_seconds > 60 * cfg.train.max_minutes)
-            final = step == cfg.train.num_steps or out_of_time or bool(stop.signum)
+            # Before this step's validation: train.num_steps or the time budget.
+            final = bool(finished_reason(step, loop, cfg.train)) or bool(stop.signum)
 
             if itstime(step, cfg.train.log_every_steps, final):
                 check_finite()
@@ -278,13 +285,13 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
                     loop.bad_evals += 1
                 progress.write(f"step {step}: valid BLEU {bleu:.2f} (best {loop.best_bleu:.2f} "
                                f"at step {loop.best_step})")
-            patience_over = bool(cfg.train.patience) and loop.bad_evals >= cfg.train.patience
+            why = finished_reason(step, loop, cfg.train)  # after it: patience too
 
             # One reading of the signal for the save and the break: a signal that arrives
             # while this step is logged or evaluated (host syncs, most of a step's wall
             # time) still saves it before the loop stops.
             stopping = bool(stop.signum)
-            if (itstime(step, cfg.checkpoint.every_steps, final or patience_over or stopping)
+            if (itstime(step, cfg.checkpoint.every_steps, final or bool(why) or stopping)
                     or bleu is not None):
                 check_finite()
                 loop.train_seconds = trained_before + time.time() - session_start
@@ -292,9 +299,9 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
 
             if stopping:
                 break
-            if patience_over or out_of_time:
-                why = f"no BLEU gain in {loop.bad_evals} evals" if patience_over else "time budget"
-                progress.write(f"stopping at step {step}: {why}")
+            if why:
+                if step < cfg.train.num_steps:
+                    progress.write(f"stopping at step {step}: {why}")
                 break
     finally:
         stop.restore()

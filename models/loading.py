@@ -104,6 +104,20 @@ def kept_steps(workdir: str | Path) -> list[int]:
     return sorted(manager.all_steps())
 
 
+def unfinished_training(workdir: str | Path) -> str:
+    """"" when the run in `workdir` has finished training (`models.loop.finished_reason` of
+    its newest checkpoint), else where it stands, "step S of N" (UserError: no checkpoint)."""
+    from models import checkpoint as ckpt
+    from models.loop import LoopState, finished_reason
+
+    cfg = cli.load_config_json(workdir)
+    manager = ckpt.make_manager(checkpoint_dir(Path(workdir)), cfg.checkpoint.keep,
+                                read_only=True)
+    step = max(manager.all_steps())
+    loop = LoopState.from_meta(ckpt.restore_meta(manager, step))
+    return "" if finished_reason(step, loop, cfg.train) else f"step {step} of {cfg.train.num_steps}"
+
+
 def resolve_steps(manager, checkpoint: str | None, average_last: int = 0) -> list[int]:
     """Checkpoint step(s) to load, oldest first.
 

@@ -40,6 +40,21 @@ def itstime(step: int, every: int, final: bool = False) -> bool:
     return final or (every > 0 and step % every == 0)
 
 
+def finished_reason(step: int, loop: LoopState, cfg_train) -> str:
+    """Why a run at `step` with loop state `loop` has nothing left to train, or "" when it
+    has: `train.num_steps` reached, its time budget (`train.max_minutes` of training) spent,
+    or `train.patience` validations without a BLEU gain. The one reading of "finished" for
+    the loop's stop, a resume of a finished run, and evaluate.py's check that seed runs
+    are done."""
+    if step >= cfg_train.num_steps:
+        return f"train.num_steps ({cfg_train.num_steps}) reached"
+    if cfg_train.max_minutes and loop.train_seconds > 60 * cfg_train.max_minutes:
+        return "time budget"
+    if cfg_train.patience and loop.bad_evals >= cfg_train.patience:
+        return f"no BLEU gain in {loop.bad_evals} evals"
+    return ""
+
+
 def expected_last_step(step: int, num_steps: int, max_minutes: float, train_seconds: float,
                        seconds_per_step: float) -> int:
     """The step a run will stop at: `num_steps`, or earlier when the time budget

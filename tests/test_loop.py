@@ -7,7 +7,13 @@ import pytest
 from conftest import run_script
 
 from configs.errors import UserError
-from models.loop import LoopState, check_resume_inputs, expected_last_step, itstime
+from models.loop import (
+    LoopState,
+    check_resume_inputs,
+    expected_last_step,
+    finished_reason,
+    itstime,
+)
 
 
 def test_itstime_every_n_steps_and_at_the_final_step():
@@ -45,16 +51,40 @@ def test_expected_last_step_under_a_time_budget():
     assert expected_last_step(600, 8000, 1, 100.0, 1.0) == 601  # budget already spent
 
 
+def test_finished_reason_of_each_stop():
+    import ml_collections
+
+    cfg = ml_collections.ConfigDict({"num_steps": 100, "max_minutes": 0.0, "patience": 0})
+    assert finished_reason(99, LoopState(train_seconds=1e9, bad_evals=99), cfg) == ""
+    assert finished_reason(100, LoopState(), cfg) == "train.num_steps (100) reached"
+    cfg.max_minutes = 1.0
+    assert finished_reason(50, LoopState(train_seconds=60.0), cfg) == ""  # not yet over
+    assert finished_reason(50, LoopState(train_seconds=60.5), cfg) == "time budget"
+    cfg.patience = 3
+    assert finished_reason(50, LoopState(bad_evals=2), cfg) == ""
+    assert finished_reason(50, LoopState(bad_evals=3), cfg) == "no BLEU gain in 3 evals"
+
+
 def test_progress_bar_total_is_where_a_time_budget_stops_the_run(tmp_path):
-    result = run_script("train.py", "--config", "configs/smoke.py", "--workdir",
-                        str(tmp_path / "run"), "--config.train.num_steps=100000",
-                        "--config.train.max_minutes=0.1", "--config.eval.every_steps=0",
-                        "--config.attention_maps.enabled=False")
+    command = ("train.py", "--config", "configs/smoke.py", "--workdir", str(tmp_path / "run"),
+               "--config.train.num_steps=100000", "--config.train.max_minutes=0.1",
+               "--config.eval.every_steps=0", "--config.attention_maps.enabled=False")
+    result = run_script(*command)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "stopping at step" in result.stdout and "time budget" in result.stdout
     done, total = map(int, re.findall(r"(\d+)/(\d+) \[", result.stderr)[-1])
     assert "stops after 0.1 min" in result.stderr
     assert total < 100000 and done <= total <= done + 50, (done, total)
+
+    # The same command again: the budget is spent, so it trains nothing (it used to train
+    # one more step and save it).
+    steps = sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir())
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
+    again = run_script(*command)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"finished training at step {done} (time budget); nothing to do" in again.stderr
+    assert sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir()) == steps
+    assert steps[-1] == done and (tmp_path / "run" / "metrics.jsonl").read_text() == metrics
 
 
 def test_learning_rate_schedule_at_every_step_including_zero():

@@ -356,7 +356,7 @@ def test_half_written_checkpoint_is_ignored(trained):
     shutil.copytree(trained / "checkpoints" / "40", fake)
     result = train("--workdir", str(trained))  # 40 steps: nothing to train, restore only
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "resuming from step 40 " in result.stderr
+    assert "finished training at step 40 (train.num_steps (40) reached)" in result.stderr
     assert not fake.exists() and saved_steps(trained) == [20, 40]
 
 

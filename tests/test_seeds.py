@@ -2,6 +2,7 @@
 parent, whose mean and sample standard deviation are checked against NumPy."""
 
 import json
+import re
 import shutil
 
 import jax
@@ -161,7 +162,8 @@ def test_train_seeds_then_evaluate_the_parent(tmp_path, capsys):
 
     again = run_script("train.py", *TRAIN, "--workdir", str(parent), "--seeds", "2")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stderr.count("resuming from step 2") == 2  # each seed resumed, nothing to do
+    assert again.stderr.count("finished training at step 2 (train.num_steps (2) reached); "
+                              "nothing to do") == 2  # each seed resumed to no work
 
     summary = evaluate(parent, split="valid", max_sentences=8, beam_size=1, compat_lc_tok=True)
     path = parent / "eval" / f"{summary['name']}.json"
@@ -205,6 +207,22 @@ def test_bad_seed_input(tmp_path, smoke_workdir):
     with pytest.raises(UserError, match="holds a single training run"):
         train_seeds(smoke.get_config(), single, 2)
     assert sorted(p.name for p in single.iterdir()) == ["config.json"]
+
+    # A seed still training (config.json asks for more steps than it has) is refused
+    # under best / last, before anything is written.
+    parent = tmp_path / "half_done"
+    for seed in (0, 1):
+        shutil.copytree(smoke_workdir, parent / f"seed{seed}",
+                        ignore=shutil.ignore_patterns("eval", "attention", "tensorboard"))
+    config = json.loads((parent / "seed1" / "config.json").read_text())
+    config["train"]["num_steps"] = 80
+    (parent / "seed1" / "config.json").write_text(json.dumps(config))
+    for checkpoint in (None, "last"):
+        with pytest.raises(UserError, match=re.escape(f"{parent / 'seed1'} has not finished "
+                                                      "training (step 40 of 80): resume it")):
+            evaluate(parent, split="valid", checkpoint=checkpoint)
+    assert sorted(p.name for p in parent.iterdir()) == ["seed0", "seed1"]
+    assert not (parent / "seed0" / "eval").exists()
 
     empty = tmp_path / "empty"
     (empty / "seed0").mkdir(parents=True)  # no config.json: not a seed run
