@@ -122,13 +122,7 @@ from configs.errors import UserError
 from configs.files import prepare_output_folder, write_atomic
 from models import seeds
 from models.inputs import output_base, read_inputs
-from models.loading import (
-    check_ensemble,
-    checkpoint_dir,
-    load_params,
-    load_tokenizer,
-    unfinished_training,
-)
+from models.loading import check_ensemble, checkpoint_dir, load_params, load_tokenizer
 
 FLAGS = flags.FLAGS
 EVAL_DIR = "eval"
@@ -351,15 +345,7 @@ def evaluate_seeds(parent: Path, runs: list[Path], opts: EvalOptions) -> dict:
     if "-" in (opts.source, opts.reference):
         raise UserError(f"{parent} holds {len(runs)} seed runs: stdin ('-') can be read only "
                         "once, give --source a file")
-    for run in runs:  # each run is whole, or none is evaluated
-        cli.load_config_json(run)
-        checkpoint_dir(run)
-    if not (opts.checkpoint or "").isdigit():  # best / last: of the finished runs only
-        for run in runs:
-            if where := unfinished_training(run):
-                raise UserError(f"{run} has not finished training ({where}): resume it with "
-                                "its train.py command, or name one step for every seed "
-                                "with --checkpoint STEP")
+    seeds.check_seed_runs(runs, opts.checkpoint)  # each whole (and done), or none evaluated
     out_dir = prepare_output_folder(parent / EVAL_DIR)
     results = [evaluate(run, **dataclasses.asdict(opts)) for run in runs]
     first = results[0]

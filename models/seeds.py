@@ -17,9 +17,10 @@ import statistics
 import time
 from pathlib import Path
 
-from configs.cli import CONFIG_JSON
+from configs.cli import CONFIG_JSON, load_config_json
 from configs.errors import UserError
 from configs.files import write_atomic
+from models.loading import checkpoint_dir, unfinished_training
 
 SEED_DIR = re.compile(r"seed(\d+)")
 # The scores summarized, in the summary's key order (bleu_lc_tok with --compat_lc_tok).
@@ -58,6 +59,22 @@ def seed_runs_of(workdir: str | Path) -> list[Path]:
         raise UserError(f"{workdir / CONFIG_JSON} not found: {workdir} is not a training "
                         f"workdir (nor a parent of --seeds runs: no seed<k>/{CONFIG_JSON})")
     return runs
+
+
+def check_seed_runs(runs: list[Path], checkpoint: str | None) -> None:
+    """Before any seed run is evaluated: each has a config.json and checkpoints, and under
+    `best` / `last` (`checkpoint` None or a name, not a step) each has finished training,
+    or the mean would take a half-trained seed as it stands. UserError names the first
+    run that fails."""
+    for run in runs:
+        load_config_json(run)
+        checkpoint_dir(run)
+    if not (checkpoint or "").isdigit():
+        for run in runs:
+            if where := unfinished_training(run):
+                raise UserError(f"{run} has not finished training ({where}): resume it with "
+                                "its train.py command, or name one step for every seed "
+                                "with --checkpoint STEP")
 
 
 def summarize(results: list[dict]) -> dict:
