@@ -31,8 +31,9 @@ while read -r name stop config rest; do
   STOPS[$name]=$stop
   mkdir -p "$(dirname "logs/$name")" "runs/gpu/$name"
   steps=(); [ "$stop" != full ] && steps=(--config.train.num_steps="$stop")
+  left=$(( T0 + TRAIN_END - $(date +%s) )); [ "$left" -lt 1 ] && left=1  # timeout 0 = none
   # shellcheck disable=SC2086
-  ( timeout -s TERM $(( T0 + TRAIN_END - $(date +%s) )) python3 train.py --config "$config" \
+  ( timeout -s TERM "$left" python3 train.py --config "$config" \
       --workdir "runs/gpu/$name" $rest "${steps[@]}" > "logs/$name.train.log" 2>&1
     echo "$name: train exit $? at $(( $(date +%s) - T0 )) s"
     last=$(ls "runs/gpu/$name/checkpoints" 2>/dev/null | grep -E '^[0-9]+$' | sort -n | tail -1)
