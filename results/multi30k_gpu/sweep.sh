@@ -4,18 +4,7 @@
 set -u
 PLAN=$1; TRAIN_T=$2; EVAL_T=${3:-200}
 OUTDIR=${OUT:-/tmp/out}; mkdir -p "$OUTDIR" logs runs
-export PYTHONUNBUFFERED=1
-if [ -z "${NO_WHL:-}" ] && [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-export XLA_PYTHON_CLIENT_PREALLOCATE=false
-export JAX_COMPILATION_CACHE_DIR=/tmp/xla_cache
-export TF_CPP_MIN_LOG_LEVEL=2
-# GEMM autotuning compiles dozens of kernel variants per shape: minutes per shape with many processes.
-export XLA_FLAGS="--xla_gpu_autotune_level=0 --xla_gpu_enable_triton_gemm=false"
-python3 -c "import jax, flax, optax, orbax.checkpoint as o, sacrebleu, sentencepiece; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.devices())" || exit 1
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+source "$(dirname "$0")/device_env.sh"
 T0=$(date +%s)
 names=()
 while read -r name config rest; do
