@@ -85,7 +85,8 @@ def test_experiment_specifics():
     assert (de_en.data.vocab_size, de_en.data.spm_model_type, de_en.model.dropout) == (10000, "bpe", 0.3)
     assert (de_en.checkpoint.every_steps, de_en.checkpoint.keep) == (100, 10)
     assert (de_en.eval.beam_size, de_en.eval.length_penalty, de_en.train.max_minutes) == (5, 1.25, 0.0)
-    assert en_de.eval.length_penalty == 1.0  # each direction's own selection
+    # Each direction's own selection on validation (README "En→De seeds", "En→Fr seeds").
+    assert (en_de.eval.length_penalty, en_fr.eval.length_penalty) == (1.25, 1.0)
     # The CPU-budget recipe stays the one whose results the README reports.
     cpu = parse(["prog", f"--config={ROOT / 'configs/multi30k_de_en_cpu.py'}"])
     assert (cpu.data.vocab_size, cpu.data.spm_model_type, cpu.data.bucket_step) == (6000, "unigram", 8)
