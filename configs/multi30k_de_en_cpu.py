@@ -16,7 +16,9 @@ figures differ the other way from their validation ones: run-to-run spread. On
 2026-11-25, a 2-core AMD EPYC without AVX-512 (about 2,200 tok/s): 2,401 steps, valid
 BLEU 40.27, test 39.13 cased / 39.39 lc-tok. Greedy valid BLEU 38.64 at step 2,000,
 where an inverse-sqrt run (2026-11-24, another machine, with subword sampling) had
-36.35. A machine twice as fast gets about twice the steps.
+36.35. A machine twice as fast gets about twice the steps. Half the batch (2,048 tokens,
+lr 2e-3, 2,000 warmup steps; same Xeon, 2026-11-26) gave 12,601 steps and a lower
+validation NLL, but tied on beam-5 validation (42.82 vs 42.84 cased): not adopted.
 
     python train.py --config configs/multi30k_de_en_cpu.py --workdir runs/de_en_cpu
     python evaluate.py --workdir runs/de_en_cpu --split test --beam_size 5 --checkpoint last
