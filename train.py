@@ -213,7 +213,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     budget = f" (stops after {cfg.train.max_minutes:g} min)" if cfg.train.max_minutes else ""
     progress = tqdm(total=cfg.train.num_steps, initial=step, dynamic_ncols=True,
                     disable=jax.process_index() != 0, desc=f"train{budget}", mininterval=5)
-    first_step = step
+    first_step, step_cap_warned = step, False
     pending, window_start, window_tokens, window_wait = [], time.time(), 0, 0.0
     session_start, trained_before = time.time(), loop.train_seconds
     compile_timer = CompileTimer().start()  # XLA compilation (or cache loads) of this run
@@ -249,6 +249,12 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
             progress.total = expected_last_step(  # under a time budget: the step it ends at
                 step, cfg.train.num_steps, cfg.train.max_minutes, loop.train_seconds,
                 (time.time() - session_start) / (step - first_step))
+            if budget_schedule and not step_cap_warned and progress.total >= cfg.train.num_steps:
+                step_cap_warned = True  # the step cap, not the clock, will end this run
+                progress.write(f"warning: train.num_steps ({cfg.train.num_steps}) ends this run "
+                               f"before its {cfg.train.max_minutes:g}-minute budget, with the "
+                               "cosine_budget learning rate not yet decayed; raise it to let "
+                               "the clock end the run", file=sys.stderr)
             progress.update(1)
             # Before this step's validation: train.num_steps or the time budget.
             final = bool(finished_reason(step, loop, cfg.train)) or bool(stop.signum)

@@ -86,6 +86,21 @@ def test_train_cosine_budget_decays_to_the_end_of_the_budget(tmp_path):
     assert len(after_warmup) > 10, len(rates)
     assert all(b <= a for a, b in zip(after_warmup, after_warmup[1:], strict=False))  # only falls
     assert after_warmup[-1] < 0.1 * peak  # near its end when the budget ran out
+    assert "warning: train.num_steps" not in result.stderr  # the clock, not the cap, ended it
+
+
+def test_cosine_budget_warns_when_the_step_cap_comes_first(tmp_path):
+    # 5 steps of the smoke model take seconds: the cap, not the 30-minute budget, ends the
+    # run, so its learning rate never decays; the run says so (once) and still finishes.
+    result = run_script("train.py", "--config", "configs/smoke.py", "--workdir",
+                        str(tmp_path / "run"), "--config.train.num_steps=5",
+                        "--config.train.max_minutes=30", "--config.train.schedule=cosine_budget",
+                        "--config.eval.every_steps=0", "--config.attention_maps.enabled=False")
+    assert result.returncode == 0, result.stderr[-2000:]
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == ["warning: train.num_steps (5) ends this run before its 30-minute "
+                        "budget, with the cosine_budget learning rate not yet decayed; raise "
+                        "it to let the clock end the run"]
 
 
 def test_cosine_budget_needs_a_time_budget(tmp_path):
