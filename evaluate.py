@@ -117,12 +117,13 @@ from pathlib import Path
 from absl import flags
 from absl import logging as absl_logging
 
-from configs import cli
-from configs.errors import UserError
-from configs.files import prepare_output_folder, write_atomic
-from models import seeds
-from models.inputs import output_base, read_inputs
-from models.loading import check_ensemble, checkpoint_dir, load_params, load_tokenizer
+from common import cli
+from common.errors import UserError
+from common.files import prepare_output_folder, write_atomic
+from configs import resolved
+from evaluation import seeds
+from evaluation.inputs import output_base, read_inputs
+from evaluation.loading import check_ensemble, checkpoint_dir, load_params, load_tokenizer
 
 FLAGS = flags.FLAGS
 EVAL_DIR = "eval"
@@ -241,7 +242,7 @@ def evaluate(workdir: str | Path, **options) -> dict:
     if seed_runs:
         return evaluate_seeds(workdir, seed_runs, opts)
     members = [workdir, *map(Path, opts.ensemble)]  # the first one's maps are recorded
-    cfgs = [cli.load_config_json(w) for w in members]
+    cfgs = [resolved.load_config_json(w) for w in members]
     cfg = cfgs[0]
     inputs = read_inputs(cfg, opts.split, opts.source, opts.reference, opts.max_sentences)
     tokenizers = [load_tokenizer(w, c) for w, c in zip(members, cfgs, strict=True)]
@@ -259,9 +260,9 @@ def evaluate(workdir: str | Path, **options) -> dict:
     # JAX is imported only now: bad input files are reported in about a second.
     import jax
 
-    from models.compilation import enable_compilation_cache
+    from evaluation.corpus import save_attention, score, summary_lines, translate_lines
     from models.ensemble import Ensemble
-    from models.evaluation import save_attention, score, summary_lines, translate_lines
+    from training.compilation import enable_compilation_cache
 
     out_dir = prepare_output_folder(workdir / EVAL_DIR)  # read-only: fail before decoding
     enable_compilation_cache()
@@ -338,7 +339,7 @@ def evaluate(workdir: str | Path, **options) -> dict:
 
 def evaluate_seeds(parent: Path, runs: list[Path], opts: EvalOptions) -> dict:
     """`evaluate` of every seed run under `parent` with the same options, then their
-    scores over seeds (models/seeds.py) in `<parent>/eval/<name>.json` (module docstring);
+    scores over seeds (evaluation/seeds.py) in `<parent>/eval/<name>.json` (module docstring);
     returns that summary. Every run is checked before any is evaluated."""
     if opts.ensemble:
         raise UserError(f"--ensemble takes training workdirs; {parent} is a parent of seed runs")

@@ -10,7 +10,7 @@ Writes `<workdir>/{config.json, tokenizer/, checkpoints/, metrics.jsonl,
 tensorboard/, attention/}`. From Python: `train.train(config, workdir) -> exit code`.
 `--seeds N` trains seeds 0..N-1 (`train.seed = k`) into `<workdir>/seed<k>/`, one after
 another, each resumed like a workdir; `evaluate.py --workdir <workdir>` then summarizes
-them (models/seeds.py). From Python: `train.train_seeds(config, workdir, N)`.
+them (evaluation/seeds.py). From Python: `train.train_seeds(config, workdir, N)`.
 
 Reliability:
   * Killed at any moment (SIGKILL, power loss of the process), the same command
@@ -20,7 +20,7 @@ Reliability:
     metrics.jsonl loses the events after the restored step (they are logged again, so
     no step appears twice; rewritten atomically) and TensorBoard hides them
     (`purge_step`). Attention maps of those steps are rewritten with identical content.
-    Temporary files of a write cut off by a kill are deleted (configs/files.py).
+    Temporary files of a write cut off by a kill are deleted (common/files.py).
   * SIGINT / SIGTERM: the current step finishes, a checkpoint is saved, and the run
     exits with 130 / 143 and one line saying where it stopped.
   * A non-finite loss or gradient never reaches the parameters (the jitted step skips
@@ -51,11 +51,13 @@ from absl import flags, logging
 from ml_collections import config_flags
 from tqdm import tqdm
 
-from configs import cli
-from configs.cli import CONFIG_JSON, load_config_json, validate_config, write_config_json
-from configs.errors import UserError
-from configs.files import remove_stale_temp_files
+from common import cli
+from common.errors import UserError
+from common.files import remove_stale_temp_files
+from configs import resolved
+from configs.resolved import CONFIG_JSON, load_config_json, write_config_json
 from configs.resume import check_resume_config
+from configs.validation import validate_config
 from data.batching import TrainBatcher, prefetch
 from data.cache import DataCache, file_sha256
 from data.corpora import load_corpus
@@ -63,10 +65,12 @@ from data.packing import pack_batches
 from data.sampling import SampledEpochs
 from data.streaming import training_source
 from data.tokenizer import tokenizer_fingerprint
-from models import checkpoint as ckpt
-from models.compilation import CompileTimer, enable_compilation_cache
-from models.evaluation import validate
-from models.loop import (
+from evaluation.corpus import validate
+from evaluation.seeds import seed_workdir, seed_workdirs
+from training import checkpoint as ckpt
+from training.compilation import CompileTimer, enable_compilation_cache
+from training.distributed import initialize_distributed, make_mesh, shard_batch
+from training.loop import (
     LoopState,
     StopRequest,
     check_resume_inputs,
@@ -74,18 +78,9 @@ from models.loop import (
     finished_reason,
     itstime,
 )
-from models.metrics_log import MetricsLog
-from models.seeds import seed_workdir, seed_workdirs
-from models.training import (
-    budget_decay,
-    create_train_state,
-    initialize_distributed,
-    learning_rate_schedule,
-    make_eval_step,
-    make_mesh,
-    make_train_step,
-    shard_batch,
-)
+from training.metrics_log import MetricsLog
+from training.schedules import budget_decay, learning_rate_schedule
+from training.step import create_train_state, make_eval_step, make_train_step
 
 
 def read_teacher_links(path: str, pairs: int) -> tuple[list, str]:
@@ -93,11 +88,11 @@ def read_teacher_links(path: str, pairs: int) -> tuple[list, str]:
     anything is written): (each pair's word links, the file's SHA-256, kept in the
     checkpoint so a resume cannot switch teachers). UserError for a file that does not
     align the text line by line."""
-    from attention.alignment import read_pharaoh
+    from alignment.links import read_pharaoh
 
     if not Path(path).is_file():
         raise UserError(f"data.teacher_links: {path} is not a file (make it with python -m "
-                        "attention.teacher_links, attention/teacher_links.py)")
+                        "attention.teacher_links, alignment/teacher_links.py)")
     try:
         links, sha256 = read_pharaoh(path), file_sha256(path)
     except (OSError, ValueError) as e:
@@ -110,8 +105,8 @@ def read_teacher_links(path: str, pairs: int) -> tuple[list, str]:
 
 def teacher_piece_links(links: list, tokenizer, src_ids, tgt_ids, dropped: int):
     """The word links of `read_teacher_links` mapped onto the training rows' pieces
-    (attention/teacher_links.py)."""
-    from attention.teacher_links import piece_links, piece_word_index
+    (alignment/teacher_links.py)."""
+    from alignment.teacher_links import piece_links, piece_word_index
 
     if dropped:
         raise UserError(f"data.teacher_links: {dropped} training pairs were dropped as too long, "
@@ -134,7 +129,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     workdir = Path(workdir)
     validate_config(cfg)
     enable_compilation_cache()
-    initialize_distributed()  # a multi-process launch (models/training.py)
+    initialize_distributed()  # a multi-process launch (training/step.py)
 
     # 1. Every check runs before anything is written; checkpoints are read through a
     # read-only manager until the restore has succeeded.
@@ -236,7 +231,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
             window_wait += time.perf_counter() - waiting  # the input pipeline fell behind
             window_tokens += batch.pop("num_tokens")
             lr_scale = None
-            if budget_schedule:  # the cosine over the time left (models/training.py)
+            if budget_schedule:  # the cosine over the time left (training/step.py)
                 lr_scale = np.float32(budget_decay(loop.train_seconds, loop.decay_start_seconds,
                                                    60 * cfg.train.max_minutes))
             state, metrics = train_step(state, shard_batch(batch, mesh), lr_scale)
@@ -383,7 +378,7 @@ def main(argv):
         # progress bar and one-line errors (--verbosity=0 or --debug show them).
         logging.set_verbosity(logging.WARNING)
         std_logging.getLogger("absl").setLevel(std_logging.CRITICAL)
-    cfg = cli.resolve_config(_CONFIG)
+    cfg = resolved.resolve_config(_CONFIG)
     if not FLAGS.workdir:
         raise UserError("--workdir is required")
     allowed = tuple(FLAGS.allow_config_change)

@@ -26,7 +26,7 @@ the token fed to the decoder at step t, so it starts with `<s>` and has no `</s>
 position t + 1, or `</s>` for the last row): the cross-attention row t is where the
 model looks while producing target word t + 1. Alignment extraction reads either
 that row or the row where the word itself is the input (the "shift" variant, see
-`attention/alignment.py`).
+`alignment/links.py`).
 
 Invariants (checked by `validate_maps`): for every valid query row, the weights over
 the valid keys sum to 1; padded keys and padded query rows are exactly 0;
@@ -46,8 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
-from configs.errors import UserError
-from configs.files import atomic_file
+from common.errors import UserError
+from common.files import atomic_file
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 DECODE_MODES = ("teacher_forced", "greedy", "beam")
@@ -186,7 +186,7 @@ def _check_format(maps: AttentionMaps, name: str) -> None:
 
 
 def save_maps(path: str | os.PathLike, maps: AttentionMaps) -> Path:
-    """Write `maps` to `path` atomically (`configs.files.atomic_file`); returns the path.
+    """Write `maps` to `path` atomically (`common.files.atomic_file`); returns the path.
 
     The file is a compressed `.npz` of plain arrays (strings as fixed-width unicode); a
     crash mid-write never leaves a truncated map file behind. Raises MapFormatError on

@@ -20,7 +20,7 @@ def finish(args, run, print_table) -> dict:
 
     from absl import logging as absl_logging
 
-    from configs.errors import UserError
+    from common.errors import UserError
 
     absl_logging.set_verbosity(absl_logging.ERROR)  # orbax's read-only-manager chatter
     try:

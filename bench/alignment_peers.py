@@ -50,7 +50,7 @@ if str(REPO) not in sys.path:
 from bench import finish  # noqa: E402
 
 GOLD_DIR = REPO.parent / "shared" / "data" / "alignment" / "de-en"
-DEV = 100  # models.aligner.DEV_SENTENCES, without importing absl/JAX before the checks
+DEV = 100  # alignment.aligner.DEV_SENTENCES, without importing absl/JAX before the checks
 
 
 def machine() -> str:
@@ -65,7 +65,7 @@ def training_bitext(workdir: Path | None, src_lang: str, tgt_lang: str,
                     limit: int = 0) -> tuple[list, list, str]:
     """The raw training pairs of the run's corpus (or Multi30k), source side `src_lang`;
     the first `limit` only when > 0 (quick checks)."""
-    from configs import cli
+    from configs import resolved
     from data.corpora import load_corpus
 
     if workdir is None:
@@ -73,7 +73,7 @@ def training_bitext(workdir: Path | None, src_lang: str, tgt_lang: str,
 
         data = get_config().data
     else:
-        data = cli.load_config_json(workdir).data
+        data = resolved.load_config_json(workdir).data
     data.source_lang, data.target_lang = src_lang, tgt_lang
     sources, targets = load_corpus(data, "train")
     if limit > 0:
@@ -92,7 +92,7 @@ def strip_copies(train_src: list[str], train_tgt: list[str], sources: list[str],
 
 
 def read_links(path: Path, last: int) -> list[list[tuple[int, int]]]:
-    from attention.alignment import read_pharaoh
+    from alignment.links import read_pharaoh
 
     links = read_pharaoh(path)
     return links[len(links) - last:]
@@ -101,7 +101,7 @@ def read_links(path: Path, last: int) -> list[list[tuple[int, int]]]:
 def run_eflomal(src: list[str], tgt: list[str], folder: Path, last: int,
                 model: int = 3) -> tuple:
     """eflomal -m `model` both directions: (forward links, reverse links, seconds)."""
-    from attention.teacher_links import eflomal_links
+    from alignment.teacher_links import eflomal_links
 
     start = time.perf_counter()
     forward, reverse = eflomal_links(src, tgt, folder, model)
@@ -124,7 +124,7 @@ def run_fast_align(binary: Path, src: list[str], tgt: list[str], folder: Path, l
 
 
 def run(args: argparse.Namespace) -> dict:
-    from configs.errors import UserError
+    from common.errors import UserError
 
     try:
         import eflomal  # noqa: F401
@@ -133,16 +133,17 @@ def run(args: argparse.Namespace) -> dict:
                         "(or pip install eflomal)") from None
     if args.fast_align and not os.access(args.fast_align, os.X_OK):
         raise UserError(f"--fast_align {args.fast_align}: not an executable file")
-    from attention.alignment import (
+    from alignment.aligner import align, split_scores
+    from alignment.links import (
         HEADS_AND_STUDENT_LAYER,
         JOINT_HEADS_LAYER,
         REVERSE_HEAD_LAYER,
+        SYMMETRIZE,
         read_gold,
         read_pairs,
+        symmetrize,
     )
-    from attention.alignment_scoring import SYMMETRIZE, symmetrize
-    from attention.teacher_links import moses_lowercase
-    from models.aligner import align, split_scores
+    from alignment.teacher_links import moses_lowercase
 
     sources, targets = read_pairs(args.pairs)
     golds = read_gold(args.gold, sources, targets)

@@ -40,11 +40,10 @@ READINGS = (
 
 
 def run(args: argparse.Namespace) -> dict:
-    from attention.alignment import read_gold, read_pairs
-    from attention.alignment_scoring import alignment_scores
-    from models.compilation import enable_compilation_cache
-    from models.forced_alignment import Recorded
-    from models.loading import kept_steps
+    from alignment.forced import Recorded
+    from alignment.links import alignment_scores, read_gold, read_pairs
+    from evaluation.loading import kept_steps
+    from training.compilation import enable_compilation_cache
 
     enable_compilation_cache()
     sources, targets = read_pairs(args.pairs)

@@ -4,7 +4,7 @@
 
 Takes bench/train_throughput.py's options (model presets and overrides, --vocab_size,
 --cache_dir; its timing options are ignored) and its first Multi30k batch (the project's
-own pipeline), sets up the run as train.py does (`models.training.create_train_state`,
+own pipeline), sets up the run as train.py does (`training.step.create_train_state`,
 `make_train_step`), and compiles, each from scratch and timed on its own:
 
   * `trace+lower`: tracing the full train step to StableHLO (`jit(...).lower`);
@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> dict:
     """Compile the step and its parts once each; returns {part: {"seconds", "hlo_instructions"}}."""
     import jax
 
-    from models.training import create_train_state, make_mesh, make_train_step, shard_batch
+    from training.distributed import make_mesh, shard_batch
+    from training.step import create_train_state, make_train_step
 
     jax.config.update("jax_enable_compilation_cache", False)
     cfg = make_config(args)

@@ -200,7 +200,7 @@ def run(args) -> dict:
                                                 max(len(steady["records"]) - 1, 1))}
     rate = None
     if (repo / "data" / "cache.py").is_file() and repo == REPO:
-        from configs.cli import load_config_json
+        from configs.resolved import load_config_json
 
         cfg = load_config_json(root / "w1")  # the run's own resolved config
         cfg.data.cache_dir = str(root / "xdg" / "attnmt" / "data")

@@ -3,10 +3,10 @@
     python bench/decode_speed.py --workdir W [--beam_size 5] [--split test]
         [--batch_size 128] [--checkpoint best] [--length_penalty 0.6] [--json OUT]
 
-Loads the run exactly as evaluate.py does (`models.loading.load_tokenizer`,
-`models.loading.load_params`: config.json, tokenizer, orbax checkpoint) and translates the
+Loads the run exactly as evaluate.py does (`evaluation.loading.load_tokenizer`,
+`evaluation.loading.load_params`: config.json, tokenizer, orbax checkpoint) and translates the
 split of the run's dataset (Multi30k test = test_2016_flickr, 1,000 sentences) with
-`models.evaluation.translate_lines` (evaluate.py's), i.e.
+`evaluation.corpus.translate_lines` (evaluate.py's), i.e.
 `models.translate.translate_ids`: length-sorted batches of `--batch_size` sentences,
 one jitted search per batch (`--beam_size 1` = greedy). The timed span is end to end:
 SentencePiece encoding, batching, search, detokenisation.
@@ -53,12 +53,12 @@ def run(args: argparse.Namespace) -> dict:
     """The whole benchmark; returns the JSON result."""
     import jax
 
-    from configs import cli
+    from configs import resolved
     from data.corpora import load_corpus
-    from models.evaluation import score, translate_lines
-    from models.loading import load_params, load_tokenizer
+    from evaluation.corpus import score, translate_lines
+    from evaluation.loading import load_params, load_tokenizer
 
-    cfg = cli.load_config_json(args.workdir)
+    cfg = resolved.load_config_json(args.workdir)
     tokenizer = load_tokenizer(args.workdir, cfg)
     loaded = load_params(args.workdir, args.checkpoint, cfg=cfg, tokenizer=tokenizer)
     sources, references = load_corpus(cfg.data, args.split)

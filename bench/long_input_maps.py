@@ -64,11 +64,11 @@ def long_line(sentences: list[str], tokenizer, tokens: int) -> str:
 def build_source(workdir: Path, lines: int, long_tokens: int, long_index: int,
                  path: Path) -> dict:
     """Writes the source file; returns facts about it (lengths in source tokens)."""
-    from configs import cli
+    from configs import resolved
     from data.corpora import load_corpus
-    from models.loading import load_tokenizer
+    from evaluation.loading import load_tokenizer
 
-    cfg = cli.load_config_json(workdir)
+    cfg = resolved.load_config_json(workdir)
     tokenizer = load_tokenizer(workdir, cfg)
     pool = [s for split in ("valid", "test") for s in load_corpus(cfg.data, split)[0] if s]
     text = list(itertools.islice(itertools.cycle(pool), lines))
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> dict:
     from attention.mapfile import load_maps
     from bench.train_throughput import peak_rss_mb
     from evaluate import EVAL_DIR, evaluate
-    from models.evaluation import MAX_PREVIEW_EXAMPLES
+    from evaluation.corpus import MAX_PREVIEW_EXAMPLES
 
     workdir = Path(args.workdir)
     out_dir = workdir / EVAL_DIR

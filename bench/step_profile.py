@@ -6,7 +6,7 @@
 
 For each `--batch_tokens`, the fullest (most target tokens) of the first 8 Multi30k batches
 of the training pipeline (as in bench/train_throughput.py) is fed again and again, so every
-program compiles once. The model and train state come from `models.training.create_train_state`
+program compiles once. The model and train state come from `training.step.create_train_state`
 and every step from `make_train_step`, as in train.py; per variant of the train state, derived
 from the one `create_train_state` returns:
 
@@ -56,7 +56,7 @@ from bench.train_throughput import (  # noqa: E402
     shape_of,
 )
 from bench.train_throughput import parse_args as throughput_args  # noqa: E402
-from models.compilation import covered_length  # noqa: E402
+from training.compilation import covered_length  # noqa: E402
 
 VARIANTS = ("nnx", "pure", "pure_flat")
 MODEL_OVERRIDES = ("attention_impl", "embedding_grad", "vocab_size", "d_model", "num_heads",
@@ -88,7 +88,7 @@ def setup_variant(graphdef, base: dict, cfg_train, variant: str) -> tuple[dict, 
     import optax
     from flax import nnx
 
-    from models import training
+    from training import step as training
 
     optimizer = training.build_optimizer(cfg_train)
     state = jax.tree.map(jnp.array, base)
@@ -140,7 +140,7 @@ def part_programs(graphdef, cfg_train, state, batch, optimizer=None) -> dict[str
     import optax
     from flax import nnx
 
-    from models.training import batch_loss, build_optimizer
+    from training.step import batch_loss, build_optimizer
 
     key = jax.random.key(0)
     optimizer = build_optimizer(cfg_train) if optimizer is None else optimizer
@@ -179,7 +179,8 @@ def profile(args: argparse.Namespace) -> dict:
     from flax import nnx
 
     from data.batching import padding_fraction
-    from models.training import create_train_state, make_mesh, shard_batch
+    from training.distributed import make_mesh, shard_batch
+    from training.step import create_train_state
 
     mesh = make_mesh()
     rows = []

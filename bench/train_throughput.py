@@ -4,7 +4,7 @@
         [--batch_tokens 4096] [--synthetic] [--vocab_size 8000] [--dtype float32]
         [--rdrop_alpha A] [--json OUT]
 
-The model, optimizer and step are set up as train.py sets them up, by `models.training`
+The model, optimizer and step are set up as train.py sets them up, by `training.step`
 (`create_train_state` on `make_mesh()`, `make_train_step`): the same jitted full step
 (forward, backward, AdamW update, non-finite guard), with the same `shard_batch` call
 per step. Model sizes:
@@ -137,7 +137,7 @@ def device_peak_mb() -> float | None:
 def xla_flops_check(train_step, state, batch: Batch, counter: FlopCounter, mesh) -> dict | None:
     """XLA's FLOP count of the train step for one batch shape (HLO cost analysis of the
     lowered program, no compilation) next to the formula on the same padded shape."""
-    from models.training import shard_batch
+    from training.distributed import shard_batch
 
     try:
         cost = train_step.lower(state, shard_batch(batch, mesh)).cost_analysis()
@@ -185,8 +185,9 @@ def run(args: argparse.Namespace) -> dict:
 
     from data.batching import padding_fraction
     from data.packing import pack_batch
-    from models.compilation import CompileTimer
-    from models.training import create_train_state, make_mesh, make_train_step, shard_batch
+    from training.compilation import CompileTimer
+    from training.distributed import make_mesh, shard_batch
+    from training.step import create_train_state, make_train_step
 
     cfg = make_config(args)
     mesh = make_mesh()

@@ -46,14 +46,14 @@ A pair that Multi30k lacks validates on `valid.<code>` files made beside the tra
 ones (the first 200 pairs, say: `head -200 PAIRS | sed 's/ ||| .*//' > $D/valid.ro`).
 Without a `--select` of its own (no gold links to choose on), the command reads the two
 heads' and the student's joint posteriors the way the German-English runs selected
-(`models.aligner.JOINT_READING`).
+(`alignment.aligner.JOINT_READING`).
 
 The model is the CPU recipe's (configs/multi30k_de_en_cpu.py: 4+4 layers, d_model 128)
 with room for Europarl-length sentences (the gold pairs have up to 40 words, ~70
 pieces a side): max_length 160, learned nothing position-specific (sinusoidal), an
 8,000-piece vocabulary that case-folds (`data.spm_normalization = "nmt_nfkc_cf"`: the
 aligners' lowercasing, done by the tokenizer, so `attention.align` takes text as it is), plus
-the alignment heads (models/alignment_head.py): an HMM over source positions moved by
+the alignment heads (alignment/head.py): an HMM over source positions moved by
 learned jump-width biases with a neural lexical table t(y | x) -- the prior attention
 from the decoder state left out, since it collapsed onto the final "." early and read
 worse than the jumps alone at every step measured -- and its twin of the other direction
@@ -62,8 +62,8 @@ from translation, so the translation model trains as without them; their transit
 ramp in over the first 500 steps (IBM model 1 first), and from then on their lexical
 tables are trained to agree (`train.align_agreement`, Liang et al. 2006). Beside them an
 alignment layer that reads the translation model's states and the heads' lexical tables
-(models/alignment_student.py) is taught eflomal's symmetrised links of the same text
-(`data.teacher_links`, Garg et al. 2019's supervision; attention/teacher_links.py), and
+(alignment/student.py) is taught eflomal's symmetrised links of the same text
+(`data.teacher_links`, Garg et al. 2019's supervision; alignment/teacher_links.py), and
 the links are read from the mean of the heads' and the student's joint posteriors. About
 1.7-2.2 s per step alone on the 2-core development machine (2026-11-25/26; the heads
 cost ~60% of that; agreement and the student little); the same command resumes across
@@ -125,7 +125,7 @@ def get_config(direction: str = "de-en") -> ml_collections.ConfigDict:
     config.data.vocab_size = 8000
     config.data.spm_normalization = "nmt_nfkc_cf"  # lowercase, as statistical aligners train
     config.data.teacher_links = f"{data}/train.links"  # eflomal's, teaching the student
-    config.model.alignment_head = True  # the posterior aligner (models/alignment_head.py) ...
+    config.model.alignment_head = True  # the posterior aligner (alignment/head.py) ...
     config.model.alignment_jumps = True  # ... an HMM (jump-width biases) ...
     config.model.alignment_attention_prior = False  # ... moved by those alone ...
     config.model.alignment_reverse = True  # ... with its twin of the other direction

@@ -13,7 +13,7 @@ import ml_collections
 DATASETS = ("multi30k", "tatoeba", "text", "hf")
 # SentencePiece normalisation rules offered (data.spm_normalization); the first is its default.
 NORMALIZATIONS = ("nmt_nfkc", "nmt_nfkc_cf")
-# train.schedule values (models/training.py); after a linear warmup in each case.
+# train.schedule values (training/step.py); after a linear warmup in each case.
 SCHEDULES = ("inverse_sqrt", "cosine", "constant", "cosine_budget")
 
 
@@ -66,7 +66,7 @@ def get_config() -> ml_collections.ConfigDict:
     # Multi30k); the tiny models on bucketed Multi30k run faster without (bench/README.md).
     data.pack_length = 0
     # The alignment student's teacher: an outside aligner's word links, one Pharaoh line per
-    # training pair (attention/teacher_links.py makes them); "" = the run's own two heads.
+    # training pair (alignment/teacher_links.py makes them); "" = the run's own two heads.
     data.teacher_links = ""
 
     config.model = model = ml_collections.ConfigDict()
@@ -86,7 +86,7 @@ def get_config() -> ml_collections.ConfigDict:
     model.param_dtype = "float32"
     model.attention_impl = "auto"
     model.embedding_grad = "auto"  # configs/model.py documents every model field
-    model.alignment_head = False  # word-alignment mixture (models/alignment_head.py)
+    model.alignment_head = False  # word-alignment mixture (alignment/head.py)
     model.alignment_jumps = False  # ... whose prior is an HMM over source positions
     model.alignment_attention_prior = True  # ... with the decoder state's attention in it
     model.alignment_reverse = False  # ... and a second head of the other direction
@@ -110,10 +110,10 @@ def get_config() -> ml_collections.ConfigDict:
     # each batch (0 = off; their IWSLT De-En setting is 5). Doubles a step's compute.
     train.rdrop_alpha = 0.0
     # An alignment head's prior weight ramps 0 -> 1 over these steps (0 = always 1): it
-    # trains as IBM model 1 first, as statistical aligners do (models/training.py).
+    # trains as IBM model 1 first, as statistical aligners do (training/step.py).
     train.align_prior_ramp_steps = 0
     # With model.alignment_reverse: weight of the two heads' agreement term (Liang et al.
-    # 2006; models/alignment_head.py agreement_log_likelihood), 0 = off.
+    # 2006; alignment/head.py agreement_log_likelihood), 0 = off.
     train.align_agreement = 0.0
     # ... from this step on (0 = from the start; e.g. the end of the prior's ramp, so the
     # heads agree on HMM posteriors rather than IBM model 1's).

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from configs.errors import UserError
+from common.errors import UserError
 
 ACTIVATIONS = ("relu", "gelu")
 POSITIONS = ("sinusoidal", "learned")
@@ -49,10 +49,10 @@ class ModelConfig:
     # GPU/TPU, scatter on CPU (models/layers.py embedding_lookup).
     embedding_grad: str = "auto"
     # A word-alignment mixture trained beside translation on stop-gradient inputs
-    # (models/alignment_head.py); off, the model and its parameters are unchanged.
+    # (alignment/head.py); off, the model and its parameters are unchanged.
     alignment_head: bool = False
     # The head's prior as an HMM over source positions: learned jump-width biases
-    # (models/alignment_head.py); needs alignment_head.
+    # (alignment/head.py); needs alignment_head.
     alignment_jumps: bool = False
     # False: the HMM's transitions are the jump biases alone (a classical HMM aligner with
     # a neural lexical table); True adds the prior attention from the decoder state.
@@ -62,7 +62,7 @@ class ModelConfig:
     # run gives both directions to symmetrise; needs alignment_jumps.
     alignment_reverse: bool = False
     # An attention from each target piece, with its context, to the encoder's states,
-    # trained to reproduce the two heads' agreed posteriors (models/alignment_student.py);
+    # trained to reproduce the two heads' agreed posteriors (alignment/student.py);
     # needs alignment_reverse.
     alignment_student: bool = False
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import ml_collections
 
+from common.errors import UserError
 from configs import base
-from configs.errors import UserError
 
 SAFE_ON_RESUME = ("data.cache_dir", "train.num_steps", "train.log_every_steps", "train.patience",
                   "train.max_minutes", "eval.", "checkpoint.every_steps", "checkpoint.keep",

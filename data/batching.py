@@ -11,7 +11,7 @@ arrays, padded with pad_id = 0:
                          handing the arrays to jit / device_put)
   teacher_links  uint8 [B, L, L]  only from a TrainBatcher given `links`: 1 where
                          target piece j and source piece i are linked (the alignment
-                         student's teacher, attention/teacher_links.py)
+                         student's teacher, alignment/teacher_links.py)
 
 Training batches: each pair goes to the bucket of
 L = max(len(src), len(tgt) + 1), rounded up to a boundary (multiples of
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from configs.errors import UserError
+from common.errors import UserError
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 Batch = dict[str, np.ndarray | int]
@@ -149,7 +149,7 @@ class TrainBatcher:
             devices).
           seed: shuffling seed.
           links: per pair, piece links [j0, i0, j1, i1, ...] (target piece j, source piece
-            i; attention/teacher_links.py), given to the batches as "teacher_links",
+            i; alignment/teacher_links.py), given to the batches as "teacher_links",
             uint8 [B, L, L] (1 where linked): the alignment student's teacher.
         Raises:
           UserError: empty input, a pair longer than the last boundary, or a

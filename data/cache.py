@@ -42,7 +42,7 @@ from pathlib import Path
 import ml_collections
 import numpy as np
 
-from configs.files import remove_stale_temp_files, require_file, temp_folder, write_atomic
+from common.files import remove_stale_temp_files, require_file, temp_folder, write_atomic
 from data.batching import TokenArray
 from data.corpora import DataError
 from data.streaming import Scan, TrainingSource, progress, sample_for_tokenizer, scan

@@ -34,9 +34,9 @@ from pathlib import Path
 import ml_collections
 import numpy as np
 
+from common.errors import UserError
+from common.files import require_file
 from configs.base import DATASETS
-from configs.errors import UserError
-from configs.files import require_file
 
 SPLITS = ("train", "valid", "test")
 MULTI30K_DIR = Path(__file__).parent / "multi30k"

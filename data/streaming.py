@@ -29,7 +29,7 @@ import ml_collections
 import numpy as np
 from tqdm import tqdm
 
-from configs.files import require_file
+from common.files import require_file
 from data import corpora
 from data.corpora import DataError, iter_lines
 from data.tokenizer import sample_indices

@@ -35,8 +35,8 @@ import ml_collections
 import numpy as np
 import sentencepiece as spm
 
+from common.files import temp_folder
 from configs.base import NORMALIZATIONS
-from configs.files import temp_folder
 from data.corpora import DataError, read_lines
 from data.subword_draws import Sampling, draw_segmentations
 
@@ -263,7 +263,7 @@ def load_or_train_tokenizer(
     """Loads the tokenizer from `tokenizer_dir`, training it there first if absent.
 
     The models are trained in memory (bad settings fail before anything is
-    written), then written into a temporary sibling folder (`configs.files.temp_folder`)
+    written), then written into a temporary sibling folder (`common.files.temp_folder`)
     that is renamed to `tokenizer_dir` only when complete, so a crash never leaves a
     half-written tokenizer behind to be reused. The folder also holds `tokenizer.json`, the
     settings it was trained with; reusing it under other settings is an error.
@@ -304,7 +304,7 @@ def load_or_train_tokenizer(
             models = {SOURCE_MODEL: train_model(list(train_sources), **kwargs),
                       TARGET_MODEL: train_model(list(train_targets), **kwargs)}
         # Written into `.tokenizer.<random>.tmp/` beside it and renamed when complete; a
-        # kill leaves only that folder, which configs.files.remove_stale_temp_files removes.
+        # kill leaves only that folder, which common.files.remove_stale_temp_files removes.
         with temp_folder(tokenizer_dir) as tmp:
             for name, model in models.items():
                 write_model(model, tmp / name)

@@ -11,7 +11,7 @@ ensemble's next-token distribution is the mean of the members' log-softmax,
 
 so the search's scores are sums of these averaged log-probabilities (as in Marian). The
 attention maps are the first member's. The members may differ in architecture; only
-their vocabularies must be one (models/loading.py `check_ensemble` refuses others).
+their vocabularies must be one (evaluation/loading.py `check_ensemble` refuses others).
 A single model is searched directly, never through this wrapper, so its path does no
 extra work.
 """

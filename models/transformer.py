@@ -27,12 +27,12 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from flax import nnx
 
+from alignment.head import AlignmentHead, head_log_likelihood
+from alignment.student import AlignmentStudent, log_posteriors
 from attention import CrossKV, KVCache, segment_mask
 from attention.dropout import dropout
 from configs.model import ModelConfig
 from data.tokenizer import EOS_ID, PAD_ID
-from models.alignment_head import AlignmentHead, head_log_likelihood
-from models.alignment_student import AlignmentStudent, log_posteriors
 from models.layers import DecoderLayer, Embeddings, EncoderLayer, layer_norm, split_rng
 
 
@@ -82,12 +82,12 @@ class Transformer(nnx.Module):
         # Pre-LN stacks need a final norm; post-LN layers already end in one.
         self.encoder_norm = layer_norm(config, rngs) if config.pre_ln else None
         self.decoder_norm = layer_norm(config, rngs) if config.pre_ln else None
-        # The word-alignment mixture (models/alignment_head.py), trained beside translation.
+        # The word-alignment mixture (alignment/head.py), trained beside translation.
         self.alignment_head = AlignmentHead(config, rngs=rngs) if config.alignment_head else None
         # ... and its twin of the other direction (target -> source), model.alignment_reverse.
         self.alignment_reverse = (AlignmentHead(config, rngs=rngs, reverse=True)
                                   if config.alignment_reverse else None)
-        # ... and the context-aware layer the two teach (models/alignment_student.py).
+        # ... and the context-aware layer the two teach (alignment/student.py).
         self.alignment_student = (AlignmentStudent(config, rngs=rngs)
                                   if config.alignment_student else None)
 
@@ -193,8 +193,8 @@ class Transformer(nnx.Module):
 
         src: int32 [B, S]; tgt_in, tgt_out: int32 [B, T] (decoder input and the pieces its
         rows predict); packing arguments as in `__call__`; prior_weight as in
-        `models.alignment_head.head_log_likelihood` (1: the model's own). Returns (logits float32
-        [B, T, V], the head's log p(y_j | x, y_<j) float32 [B, T] (models/alignment_head.py;
+        `alignment.head.head_log_likelihood` (1: the model's own). Returns (logits float32
+        [B, T, V], the head's log p(y_j | x, y_<j) float32 [B, T] (alignment/head.py;
         rows past a target's end are to be weighted 0), with model.alignment_reverse the
         reverse head's log p(x_i | y, x_<i) float32 [B, S] (rows past a source's end to be
         weighted 0; else None), the weights of `__call__` with return_weights (else none)
@@ -207,7 +207,7 @@ class Transformer(nnx.Module):
         the target's `</s>` its NULL word), and with model.alignment_student
         "alignment_student_log_posterior" [B, T, S] and
         "alignment_student_reverse_log_posterior" [B, S, T], its scores read both ways
-        (models/alignment_student.py)).
+        (alignment/student.py)).
         """
         enc_rng, dec_rng = split_rng(dropout_rng, 2)
         memory, src_valid, enc_w = self.encode(src, segments=src_segments,

@@ -18,9 +18,8 @@ import numpy as np
 import pytest
 from conftest import run_module, run_script
 
-from attention.alignment import parse_pharaoh, read_gold, read_pairs
-from attention.alignment_scoring import symmetrize
-from models.aligner import JOINT_READING
+from alignment.aligner import JOINT_READING
+from alignment.links import parse_pharaoh, read_gold, read_pairs, symmetrize
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PAIRS, GOLD = FIXTURES / "rwth_de_en.head10.de-en", FIXTURES / "rwth_de_en.head10.talp"
@@ -91,7 +90,7 @@ def test_command_end_to_end(smoke_workdir, tmp_path):
     assert (tmp_path / "pair1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # --plot
 
     # The Python function gives the same links and the figures of the AER line.
-    from attention.align import align
+    from alignment.command import align
 
     result = align(smoke_workdir, sources, targets, golds=read_gold(GOLD, sources, targets))
     assert result["links"] == links
@@ -102,7 +101,7 @@ def test_command_end_to_end(smoke_workdir, tmp_path):
 
 
 def test_settings_change_the_reading(smoke_workdir):
-    from attention.align import align
+    from alignment.command import align
 
     sources, targets = read_pairs(PAIRS)
     default = align(smoke_workdir, sources, targets)
@@ -123,7 +122,7 @@ def test_settings_change_the_reading(smoke_workdir):
 def test_long_and_empty_pairs_still_get_a_line(smoke_workdir):
     """Chunked forced decoding: a pair longer than max_tokens is aligned in pieces, an
     empty side gives an empty line; nothing is dropped or truncated."""
-    from attention.align import align
+    from alignment.command import align
 
     sources, targets = read_pairs(PAIRS)
     long_src, long_tgt = " ".join(sources * 6), " ".join(targets * 6)
@@ -142,8 +141,8 @@ def test_long_and_empty_pairs_still_get_a_line(smoke_workdir):
 
 @pytest.mark.slow
 def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
-    from attention.align import align
-    from configs.errors import UserError
+    from alignment.command import align
+    from common.errors import UserError
 
     sources, targets = read_pairs(PAIRS)
     fwd = align(smoke_workdir, sources, targets)["links"]
@@ -406,7 +405,7 @@ def test_alignment_peers_bench(smoke_workdir, reverse_workdir, tmp_path):
     links = {m: rows[f"eflomal {m}"]["all"]["hyp_links"]
              for m in ("intersect", "grow-diag-final-and", "union")}
     assert links["intersect"] <= links["grow-diag-final-and"] <= links["union"]
-    from attention.align import align
+    from alignment.command import align
 
     sources, targets = read_pairs(PAIRS)
     same = align(smoke_workdir, sources, targets, golds=read_gold(GOLD, sources, targets))
@@ -449,7 +448,7 @@ def test_alignment_readings_bench(reverse_workdir, tmp_path):
     kept = sorted(int(p.name) for p in (reverse_workdir / "checkpoints").iterdir()
                   if p.name.isdigit())
     assert [row["step"] for row in data["rows"]] == kept
-    from attention.align import align
+    from alignment.command import align
 
     en, de = read_pairs(pairs)
     golds = read_gold(gold, en, de)

@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attention.alignment import (
+from alignment.links import (
+    aer,
+    alignment_scores,
     column_links,
     extract_alignment,
     extract_alignments,
@@ -22,11 +24,11 @@ from attention.alignment import (
     read_pharaoh,
     read_sides,
     read_talp,
+    symmetrize,
     words_from_pieces,
 )
-from attention.alignment_scoring import aer, alignment_scores, symmetrize
 from attention.mapfile import AttentionMaps, validate_maps
-from configs.errors import UserError
+from common.errors import UserError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -399,8 +401,7 @@ def test_units_merge_pieces_into_words_and_split_long_pairs():
 def test_word_map_and_reading_a_map_both_ways_by_hand():
     """Source words 0 = pieces (0, 1), 1 = piece 2; target words 0 = pieces (0, 1), 1 =
     piece 2, 2 = piece 3; column 3 is </s>."""
-    from attention.alignment import Unit
-    from attention.alignment_scoring import symmetrize
+    from alignment.links import Unit, symmetrize
 
     rows = np.array([[0.3, 0.3, 0.1, 0.3],   # target word 0: pieces link 0 (argmax ties: first)
                      [0.1, 0.2, 0.6, 0.1],   # ... and source word 1

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from alignment.forced import HeadTerms, head_posterior
+from alignment.head import agreed_posteriors, agreement_log_likelihood, head_posteriors
 from configs import smoke
 from data.tokenizer import PAD_ID
-from models.alignment_head import agreed_posteriors, agreement_log_likelihood, head_posteriors
-from models.forced_alignment import HeadTerms, head_posterior
-from models.training import batch_loss, create_train_state, make_train_step
 from tests.test_alignment_head import toy_batch
 from tests.test_alignment_reverse import PAIRS, reverse_model
+from training.step import batch_loss, create_train_state, make_train_step
 
 
 @pytest.mark.parametrize("prefix,rows_key", [("alignment_", "tgt_out"),

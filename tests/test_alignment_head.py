@@ -1,4 +1,4 @@
-"""models/alignment_head.py: the mixture against NumPy, its invariants, that it leaves the
+"""alignment/head.py: the mixture against NumPy, its invariants, that it leaves the
 translation model's gradient alone, and that it learns a known alignment."""
 
 import jax
@@ -8,13 +8,13 @@ import optax
 import pytest
 from flax import nnx
 
+from alignment.forced import HeadTerms, head_posterior
+from alignment.head import AlignmentHead, mixture_log_likelihood, posterior
 from configs import smoke
 from configs.model import ModelConfig
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from models.alignment_head import AlignmentHead, mixture_log_likelihood, posterior
-from models.forced_alignment import HeadTerms, head_posterior
-from models.training import batch_loss, create_train_state, make_train_step
 from models.transformer import Transformer
+from training.step import batch_loss, create_train_state, make_train_step
 
 
 def small_config(**overrides) -> ModelConfig:
@@ -187,7 +187,7 @@ def test_a_train_step_moves_translation_as_without_the_heads():
     where a model without heads puts them, and the heads where a model without the
     student puts them (a few steps: Adam's first is blind to the gradient's scale), and
     each group is clipped to the norm."""
-    from models.training import clip_apart
+    from training.step import clip_apart
 
     batches = [toy_batch(toy_bitext(np.random.default_rng(seed), 4)) for seed in range(3)]
     after = {}

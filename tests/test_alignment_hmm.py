@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs import smoke
-from configs.model import ModelConfig
-from models.alignment_head import (
+from alignment.forced import HeadTerms, head_posterior
+from alignment.head import (
     JUMP_SCALE,
     MAX_JUMP,
     AlignmentHead,
     hmm_log_likelihood,
     mixture_log_likelihood,
 )
-from models.forced_alignment import HeadTerms, head_posterior
-from models.training import create_train_state, make_train_step
+from configs import smoke
+from configs.model import ModelConfig
+from training.step import create_train_state, make_train_step
 
 
 def jump_head(seed: int = 0) -> AlignmentHead:
@@ -188,9 +188,9 @@ def test_prior_weight_zero_is_ibm_model_1_and_the_ramp_starts_there(jumps):
     train step with `align_prior_ramp_steps` uses that weight at step 0."""
     import jax
 
-    from models.training import batch_loss
     from models.transformer import Transformer
     from tests.test_alignment_head import small_config, toy_batch
+    from training.step import batch_loss
 
     model = Transformer(small_config(alignment_jumps=jumps, dropout=0.0), rngs=nnx.Rngs(0))
     batch = toy_batch([([5, 6, 7], [9, 8]), ([5], [10, 11, 12])])

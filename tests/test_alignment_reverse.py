@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from alignment.head import JUMP_SCALE, MAX_JUMP
 from data.tokenizer import PAD_ID
-from models.alignment_head import JUMP_SCALE, MAX_JUMP
-from models.training import batch_loss
 from models.transformer import Transformer
 from tests.test_alignment_head import small_config, toy_batch
 from tests.test_alignment_hmm import enumerate_chain, reversal_accuracy
+from training.step import batch_loss
 
 PAIRS = [([5, 6, 7], [9, 8, 9]), ([5], [10, 11, 12])]  # target 9 twice in the first pair
 
@@ -102,7 +102,7 @@ def test_the_reverse_head_learns_the_toy_reversal():
 
 
 def test_joint_posterior_is_the_heads_geometric_mean_by_hand():
-    from models.forced_alignment import joint_posterior
+    from alignment.forced import joint_posterior
 
     # 2 target pieces (+ </s> row) x 3 source pieces (+ NULL column), and the reverse
     # head's 3 source pieces (+ </s>) x 2 target pieces (+ NULL).

@@ -1,4 +1,4 @@
-"""The alignment student (model.alignment_student, models/alignment_student.py): its
+"""The alignment student (model.alignment_student, alignment/student.py): its
 attention against NumPy, its cross-entropy by hand, its loss taught by the heads'
 agreed posteriors with translation's and the heads' gradients left alone, and that it
 learns the toy reversal from its teachers."""
@@ -9,18 +9,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from alignment.head import agreed_pair
+from alignment.student import AlignmentStudent, log_posteriors, shift_rows, student_cross_entropy
 from data.tokenizer import EOS_ID, PAD_ID
-from models.alignment_head import agreed_pair
-from models.alignment_student import (
-    AlignmentStudent,
-    log_posteriors,
-    shift_rows,
-    student_cross_entropy,
-)
-from models.training import batch_loss
 from models.transformer import Transformer
 from tests.test_alignment_head import np_layer_norm, np_log_softmax, small_config, toy_batch
 from tests.test_alignment_reverse import PAIRS, reverse_model
+from training.step import batch_loss
 
 
 def test_shift_rows_moves_each_row_up_one():

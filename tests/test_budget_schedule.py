@@ -1,5 +1,5 @@
 """train.schedule = "cosine_budget": a cosine over the time budget, applied by the host as a
-factor on each step's update (models/training.py budget_decay, train.py)."""
+factor on each step's update (training/step.py budget_decay, train.py)."""
 
 import json
 
@@ -12,13 +12,8 @@ from conftest import run_script
 
 from configs import base
 from data.tokenizer import BOS_ID, EOS_ID
-from models.training import (
-    COSINE_END,
-    budget_decay,
-    create_train_state,
-    learning_rate_schedule,
-    make_train_step,
-)
+from training.schedules import COSINE_END, budget_decay, learning_rate_schedule
+from training.step import create_train_state, make_train_step
 
 BATCH = {"src": np.array([[5, 6, 7, EOS_ID, 0], [8, 9, EOS_ID, 0, 0]], np.int32),
          "tgt_in": np.array([[BOS_ID, 10, 11, 0], [BOS_ID, 12, 0, 0]], np.int32),

@@ -11,8 +11,9 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from configs import base, cli, resume
-from configs.errors import UserError
+from common import cli
+from common.errors import UserError
+from configs import base, resolved, resume, validation
 from data.corpora import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,17 +26,17 @@ REQUIRED = ["data.dataset", "data.source_lang", "data.target_lang", "data.vocab_
             "train.seed", "train.label_smoothing", "eval.every_steps", "eval.beam_size",
             "checkpoint.every_steps", "checkpoint.keep", "attention_maps.num_examples"]
 
-# A minimal entry point built like train.py: absl flags + configs.cli.
+# A minimal entry point built like train.py: absl flags + common.cli.
 PROGRAM = """
 from ml_collections import config_flags
-from configs import cli
-from configs.errors import UserError
+from common import cli
+from common.errors import UserError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
 
 
 def main(argv):
-    cfg = cli.resolve_config(_CONFIG)
+    cfg = resolved.resolve_config(_CONFIG)
     if cfg.data.path == "fail":
         raise UserError("something the user did")
     print(cfg.model.d_model, cfg.train.learning_rate, cfg.data.target_lang)
@@ -62,7 +63,7 @@ def test_experiment_files_load_and_validate(name):
     assert all(key in flat for key in REQUIRED)
     for key, value in flat.items():  # types stay those of base
         assert type(value) is type(base_flat[key]), key
-    cli.validate_config(cfg)
+    validation.validate_config(cfg)
 
 
 def test_experiment_specifics():
@@ -188,20 +189,20 @@ def test_main_guard(capsys, monkeypatch):
 
 def test_config_json_round_trip(tmp_path):
     cfg = parse(["prog", f"--config={ROOT / 'configs/smoke.py'}", "--config.model.d_model=40"])
-    path = cli.write_config_json(cfg, tmp_path / "run")
+    path = resolved.write_config_json(cfg, tmp_path / "run")
     text = path.read_text()
-    assert text == cli.config_to_json(cfg) and text.endswith("\n")
+    assert text == resolved.config_to_json(cfg) and text.endswith("\n")
     assert list(json.loads(text)) == sorted(json.loads(text))  # stable, sorted
-    loaded = cli.load_config_json(tmp_path / "run")
+    loaded = resolved.load_config_json(tmp_path / "run")
     assert resume.flatten_config(loaded) == resume.flatten_config(cfg)
     assert loaded.model.d_model == 40 and resume.config_diff(cfg, loaded) == []
     cfg.unlock()
     cfg.model.d_model = 64
-    cli.write_config_json(cfg, tmp_path / "run")  # replaces, leaves no temp file
+    resolved.write_config_json(cfg, tmp_path / "run")  # replaces, leaves no temp file
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["config.json"]
-    assert cli.load_config_json(tmp_path / "run").model.d_model == 64
+    assert resolved.load_config_json(tmp_path / "run").model.d_model == 64
     with pytest.raises(UserError, match="not a training workdir"):
-        cli.load_config_json(tmp_path / "elsewhere")
+        resolved.load_config_json(tmp_path / "elsewhere")
 
 
 def test_config_diff():
@@ -215,51 +216,51 @@ def test_config_diff():
         ("model.d_model", 256, 512), ("train.num_steps", 20000, 5)]
     assert resume.config_diff(old, new, ignore=["eval", "train.num_steps", "data.extra"]) == [
         ("model.d_model", 256, 512)]
-    assert resume.config_diff(old.to_dict(), json.loads(cli.config_to_json(old))) == []
+    assert resume.config_diff(old.to_dict(), json.loads(resolved.config_to_json(old))) == []
 
 
 def test_validate_config_errors():
     cfg = base.get_config()
     cfg.model.num_heads = 3
     with pytest.raises(UserError, match="d_model=256 is not divisible by model.num_heads=3"):
-        cli.validate_config(cfg)
+        validation.validate_config(cfg)
     cfg = base.get_config()
     cfg.data.target_lang = "de"
     with pytest.raises(UserError, match="both 'de'"):
-        cli.validate_config(cfg)
+        validation.validate_config(cfg)
     cfg = base.get_config()
     cfg.data.spm_model_type = "wordpiece"
     with pytest.raises(UserError, match="spm_model_type must be one of unigram, bpe"):
-        cli.validate_config(cfg)
+        validation.validate_config(cfg)
     cfg = base.get_config()
     cfg.data.spm_normalization = "nfc"
     with pytest.raises(UserError, match="spm_normalization must be one of nmt_nfkc, nmt_nfkc_cf"):
-        cli.validate_config(cfg)
+        validation.validate_config(cfg)
     cfg = base.get_config()
     cfg.model.embedding_grad = "sorted"
     with pytest.raises(UserError, match="model.embedding_grad must be one of auto, scatter, one_hot"):
-        cli.validate_config(cfg)
+        validation.validate_config(cfg)
     cfg = base.get_config()
     cfg.model.alignment_jumps = True
     with pytest.raises(UserError, match="model.alignment_jumps needs model.alignment_head=True"):
-        cli.validate_config(cfg)
+        validation.validate_config(cfg)
     cfg.model.alignment_head, cfg.data.pack_length = True, 256
     with pytest.raises(UserError, match="model.alignment_jumps needs data.pack_length=0"):
-        cli.validate_config(cfg)
+        validation.validate_config(cfg)
     cfg = base.get_config()
     cfg.model.alignment_head, cfg.model.alignment_attention_prior = True, False
     with pytest.raises(UserError, match="alignment_attention_prior=False needs "
                                         "model.alignment_jumps=True"):
-        cli.validate_config(cfg)
+        validation.validate_config(cfg)
     cfg.model.alignment_attention_prior, cfg.model.alignment_reverse = True, True
     with pytest.raises(UserError, match="model.alignment_reverse needs model.alignment_jumps"):
-        cli.validate_config(cfg)
+        validation.validate_config(cfg)
     cfg.model.alignment_reverse, cfg.train.align_agreement = False, 1.0
     with pytest.raises(UserError, match="train.align_agreement needs model.alignment_reverse"):
-        cli.validate_config(cfg)
+        validation.validate_config(cfg)
     cfg.train.align_agreement, cfg.model.alignment_student = 0.0, True
     with pytest.raises(UserError, match="model.alignment_student needs model.alignment_reverse"):
-        cli.validate_config(cfg)
+        validation.validate_config(cfg)
 
 
 def test_main_guard_describes_os_errors_on_paths(capsys, monkeypatch):
@@ -314,7 +315,7 @@ def test_main_guard_describes_os_errors_on_paths(capsys, monkeypatch):
 def test_load_config_json_refuses_a_damaged_file(tmp_path, content, message):
     (tmp_path / "config.json").write_bytes(content)
     with pytest.raises(UserError, match=re.escape(message)):
-        cli.load_config_json(tmp_path)
+        resolved.load_config_json(tmp_path)
 
 
 def test_atomic_writes_name_the_target_and_leftovers_are_cleaned_unless_live(tmp_path,
@@ -325,7 +326,7 @@ def test_atomic_writes_name_the_target_and_leftovers_are_cleaned_unless_live(tmp
     import fcntl
     import tempfile
 
-    from configs import files
+    from common import files
 
     target = tmp_path / "a.json"
     with files.atomic_file(target) as f:
@@ -372,7 +373,7 @@ def test_atomic_writes_name_the_target_and_leftovers_are_cleaned_unless_live(tmp
 
 
 def test_atomic_files_get_the_permissions_open_would_give(tmp_path):
-    from configs.files import write_atomic
+    from common.files import write_atomic
 
     path = write_atomic(tmp_path / "a.json", "{}\n")
     plain = tmp_path / "b.json"

@@ -10,8 +10,8 @@ import ml_collections
 import numpy as np
 import pytest
 
+from common.errors import UserError
 from configs import base
-from configs.errors import UserError
 from data import batching, corpora, tokenizer
 from data.corpora import DataError, load_corpus
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer

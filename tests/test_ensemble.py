@@ -19,8 +19,8 @@ from test_search import (
     teacher_force,
 )
 
-from configs import cli
-from configs.errors import UserError
+from common.errors import UserError
+from configs import resolved
 from data.corpora import load_corpus
 from data.tokenizer import BOS_ID, PAD_ID
 from models import search
@@ -122,11 +122,11 @@ def test_evaluate_ensemble_of_the_same_run(smoke_workdir, tmp_path):
     """Through evaluate(): the same run twice (a copy) translates exactly as the run does
     (greedy; beam search above), and the JSON lists the members."""
     from evaluate import evaluate
-    from models.evaluation import translate_lines
-    from models.loading import load_params, load_tokenizer
+    from evaluation.corpus import translate_lines
+    from evaluation.loading import load_params, load_tokenizer
 
     run = _copy_run(smoke_workdir, tmp_path / "copy")
-    cfg = cli.load_config_json(smoke_workdir)
+    cfg = resolved.load_config_json(smoke_workdir)
     loaded, tokenizer = load_params(smoke_workdir), load_tokenizer(smoke_workdir, cfg)
     sources = load_corpus(cfg.data, "valid")[0][:12]
     result = evaluate(run, ensemble=[str(smoke_workdir)], split="valid", max_sentences=12,
@@ -147,7 +147,7 @@ def _retokenized_copy(smoke_workdir, path, vocab_size: int):
     from data.tokenizer import train_tokenizer
 
     run = _copy_run(smoke_workdir, path)
-    sources, targets = load_corpus(cli.load_config_json(run).data, "valid")
+    sources, targets = load_corpus(resolved.load_config_json(run).data, "valid")
     train_tokenizer(sources[:500] + targets[:500], run / "tokenizer" / "spm",
                     vocab_size=vocab_size)
     return run

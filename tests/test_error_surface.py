@@ -1,6 +1,6 @@
 """The whole error surface of the command-line tools, in one place.
 
-Every CLI (train.py, evaluate.py, attention.inspect, attention.gold_aer, attention.heads) runs as a
+Every CLI (train.py, evaluate.py, attention.inspect, attention.align, attention.heads) runs as a
 subprocess on a table of bad inputs: user errors, OSErrors on user paths (missing, a
 folder given as a file, a path under a file, a read-only workdir) and library errors
 on user input (non-UTF-8 text, a truncated .npz, a corrupt config.json). Each must end
@@ -278,23 +278,20 @@ CASES: dict[str, Callable[[Setup], Case]] = {
     "inspect: --gold not UTF-8": lambda s: Case(
         "attention.inspect", [str(s.maps), "--align", "--gold", str(s.file("b.talp", NOT_UTF8))],
         ("b.talp",)),
-    # python -m attention.gold_aer
-    "gold_aer: pairs missing": lambda s: Case(
-        "attention.gold_aer", ["--workdir", str(s.smoke), "--pairs", str(s.root / "no"),
+    # python -m attention.align
+    "align: pairs missing": lambda s: Case(
+        "attention.align", ["--workdir", str(s.smoke), "--pairs", str(s.root / "no"),
                                "--gold", str(GOLD)], ("no",)),
-    "gold_aer: pairs is a folder": lambda s: Case(
-        "attention.gold_aer", ["--workdir", str(s.smoke), "--pairs", str(s.folder),
+    "align: pairs is a folder": lambda s: Case(
+        "attention.align", ["--workdir", str(s.smoke), "--pairs", str(s.folder),
                                "--gold", str(GOLD)], (str(s.folder),)),
-    "gold_aer: pairs not UTF-8": lambda s: Case(
-        "attention.gold_aer", ["--workdir", str(s.smoke), "--pairs",
+    "align: pairs not UTF-8": lambda s: Case(
+        "attention.align", ["--workdir", str(s.smoke), "--pairs",
                                str(s.file("bad.de-en", NOT_UTF8)), "--gold", str(GOLD)],
         ("bad.de-en", "UTF-8")),
-    "gold_aer: corrupt config.json": lambda s: _on_copy(
-        s, "aer_corrupt", "attention.gold_aer", AER_FILES, ("{workdir}/config.json",
+    "align: corrupt config.json": lambda s: _on_copy(
+        s, "aer_corrupt", "attention.align", AER_FILES, ("{workdir}/config.json",
                                                             "invalid JSON"), {"config.json": b"{"}),
-    "gold_aer: read-only workdir": lambda s: _on_copy(
-        s, "aer_read_only", "attention.gold_aer", AER_FILES,
-        ("{workdir}/eval", "read-only file system"), read_only=True),
     # python -m attention.heads
     "heads: gold without pairs": lambda s: Case(
         "attention.heads", ["--workdir", str(s.smoke), "--gold", str(GOLD)], ("--gold_pairs",)),

@@ -179,8 +179,8 @@ def test_length_penalty_defaults_to_the_config(workdir, tmp_path):
 def test_average_last_is_the_elementwise_mean(workdir):
     import jax
 
-    from configs.errors import UserError
-    from models.loading import load_params
+    from common.errors import UserError
+    from evaluation.loading import load_params
 
     a, b = (load_params(workdir, str(s)) for s in _saved_steps(workdir)[-2:])
     averaged = load_params(workdir, None, average_last=2)
@@ -279,12 +279,12 @@ def test_long_line_maps_are_bounded(workdir, tmp_path):
     recording it alone (not decoded beside the long one), the file is no larger than
     the float32 valid regions, and the long line's preview is skipped with a notice."""
     from attention.mapfile import load_maps, validate_maps
-    from configs import cli
-    from models.evaluation import translate_lines
-    from models.loading import load_params, load_tokenizer
+    from configs import resolved
+    from evaluation.corpus import translate_lines
+    from evaluation.loading import load_params, load_tokenizer
     from models.translate import record_maps
 
-    cfg = cli.load_config_json(workdir)
+    cfg = resolved.load_config_json(workdir)
     tokenizer = load_tokenizer(workdir, cfg)
     short = _same_budget_sentences(tokenizer, 3)
     long_line = " ".join((" ".join(_multi30k("test_2016_flickr", "de")).split() * 10)[:50])
@@ -336,12 +336,12 @@ def test_long_line_maps_are_bounded(workdir, tmp_path):
 def test_hypotheses_are_written_before_the_maps(workdir, tmp_path, monkeypatch):
     """A failure while recording maps leaves the complete hypothesis file (and no JSON)."""
     import evaluate as evaluate_module
-    import models.evaluation
+    import evaluation.corpus
 
     def fail(*args, **kwargs):
         raise RuntimeError("maps failed")
 
-    monkeypatch.setattr(models.evaluation, "save_attention", fail)
+    monkeypatch.setattr(evaluation.corpus, "save_attention", fail)
     lines = _multi30k("test_2016_flickr", "de")[:3]
     src = tmp_path / "three.de"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")

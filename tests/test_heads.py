@@ -8,8 +8,8 @@ import pytest
 from conftest import run_module
 from flax import nnx
 
-from attention.head_stats import HeadStats, is_punctuation, rarest_flags
-from attention.heads import KINDS, MaskedEval, prunable_heads
+from analysis.head_stats import HeadStats, is_punctuation, rarest_flags
+from analysis.heads import KINDS, MaskedEval, prunable_heads
 from configs.model import ModelConfig
 from models.transformer import Transformer
 

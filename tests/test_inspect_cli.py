@@ -14,18 +14,18 @@ from conftest import run_module
 from test_alignment import FIXTURES, gold_peaked_maps
 from test_mapfile import make_maps
 
-from attention.alignment import extract_alignment, format_pharaoh
-from attention.inspect import run
-from attention.mapfile import load_maps, save_maps
-from attention.plotting import (
+from alignment.links import extract_alignment, format_pharaoh
+from analysis.inspect import run
+from analysis.viewer import page_data, render_html, viewer_data
+from attention.heatmaps import (
     head_grid_figure,
     heatmap_figure,
     heatmap_image_array,
     plot_heatmap,
     preview_pngs,
 )
-from attention.viewer import page_data, render_html, viewer_data
-from configs.errors import UserError
+from attention.mapfile import load_maps, save_maps
+from common.errors import UserError
 
 
 def png_size(path: Path) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""The training loop's bookkeeping (models/loop.py): the periodic predicate, the loop state
+"""The training loop's bookkeeping (training/loop.py): the periodic predicate, the loop state
 saved in checkpoints, and a progress bar that tells the truth under a time budget."""
 
 import re
@@ -6,8 +6,8 @@ import re
 import pytest
 from conftest import run_script
 
-from configs.errors import UserError
-from models.loop import (
+from common.errors import UserError
+from training.loop import (
     LoopState,
     check_resume_inputs,
     expected_last_step,
@@ -90,7 +90,7 @@ def test_progress_bar_total_is_where_a_time_budget_stops_the_run(tmp_path):
 def test_learning_rate_schedule_at_every_step_including_zero():
     import ml_collections
 
-    from models.training import learning_rate_schedule
+    from training.schedules import learning_rate_schedule
 
     for schedule in ("inverse_sqrt", "cosine", "constant"):
         cfg = ml_collections.ConfigDict({"learning_rate": 0.01, "warmup_steps": 4,

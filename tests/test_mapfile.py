@@ -177,7 +177,7 @@ def test_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
 
 
 def test_map_format_error_is_a_user_error():
-    from configs.errors import UserError
+    from common.errors import UserError
 
     assert issubclass(MapFormatError, UserError) and issubclass(MapFormatError, ValueError)
 

@@ -25,7 +25,7 @@ def free_port() -> int:
 
 @pytest.mark.slow
 def test_multiprocess_training_equals_one_process(tmp_path):
-    from models.loading import load_params
+    from evaluation.loading import load_params
 
     port = free_port()
     workers = [subprocess.Popen(

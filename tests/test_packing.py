@@ -10,8 +10,8 @@ from attention.masks import segment_mask
 from configs.model import ModelConfig
 from data.batching import make_batch
 from data.packing import pack_batch
-from models.training import batch_loss
 from models.transformer import Transformer
+from training.step import batch_loss
 
 
 def random_batch(rng: np.random.Generator, pairs: int, vocab: int = 50, max_len: int = 20,

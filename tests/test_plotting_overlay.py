@@ -1,4 +1,4 @@
-"""The alignment overlay: attention/plotting.py draws the cross-attention as the alignment
+"""The alignment overlay: attention/heatmaps.py draws the cross-attention as the alignment
 reads it with gold / predicted links on it (no model needed); `attention.inspect --gold`
 / `--align` puts it in the PNG and the links in the HTML viewer's data (the page itself:
 tests/test_viewer_browser.py)."""
@@ -13,19 +13,20 @@ from conftest import run_module
 from test_alignment import hand_maps
 from test_inspect_cli import page_payload, png_size
 
-from attention import plotting
-from attention.alignment import extract_alignment
-from attention.inspect import run
-from attention.mapfile import AttentionMaps, save_maps
-from attention.plotting import (
+from alignment import figures
+from alignment.figures import (
     alignment_figure,
     alignment_matrix,
     alignment_overlay_figure,
-    save_png,
     token_groups,
     word_links_to_pieces,
 )
-from configs.errors import UserError
+from alignment.links import extract_alignment
+from analysis.inspect import run
+from attention import heatmaps as plotting
+from attention.heatmaps import save_png
+from attention.mapfile import AttentionMaps, save_maps
+from common.errors import UserError
 
 # One sentence: source words "a", "bc" (pieces ▁b + c), target words "x", "yz" (▁y + z).
 OVERLAY_SOURCE = ["▁a", "▁b", "c", "</s>"]
@@ -151,7 +152,7 @@ def overlay_files(tmp_path) -> tuple[Path, Path]:
 def test_gold_overlay_png_and_html(overlay_files, tmp_path, monkeypatch, capsys):
     map_file, gold = overlay_files
     drawn = []
-    original = plotting.alignment_overlay_figure
+    original = figures.alignment_overlay_figure
     monkeypatch.setattr(plotting, "alignment_overlay_figure",
                         lambda *a, **kw: drawn.append((a, kw)) or original(*a, **kw))
     png, html = tmp_path / "links.png", tmp_path / "links.html"

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from common.errors import UserError
 from configs import smoke
-from configs.errors import UserError
 
 
 def test_train_then_evaluate_from_python(tmp_path):

@@ -1,4 +1,4 @@
-"""R-Drop (models/training.py): the symmetric KL and the whole loss against NumPy, the
+"""R-Drop (training/step.py): the symmetric KL and the whole loss against NumPy, the
 alpha = 0 path unchanged, and a jitted step that trains with it."""
 
 import jax
@@ -10,8 +10,8 @@ from flax import nnx
 from configs import base
 from configs.model import ModelConfig
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from models.training import batch_loss, create_train_state, make_train_step, symmetric_kl_sum
 from models.transformer import Transformer
+from training.step import batch_loss, create_train_state, make_train_step, symmetric_kl_sum
 
 BATCH = {"src": np.array([[5, 6, 7, EOS_ID, 0], [8, 9, EOS_ID, 0, 0]], np.int32),
          "tgt_in": np.array([[BOS_ID, 10, 11, 0], [BOS_ID, 12, 0, 0]], np.int32),

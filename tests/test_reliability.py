@@ -24,8 +24,8 @@ import pytest
 from conftest import REPO, run_script
 from test_train import final_params, flat
 
+from common.errors import UserError
 from configs import smoke
-from configs.errors import UserError
 from configs.resume import check_resume_config
 
 SMOKE = ("--config", "configs/smoke.py")

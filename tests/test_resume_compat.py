@@ -17,7 +17,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "workdir_cef8104"
 
 
 def test_resume_of_a_workdir_written_before_the_restructure(tmp_path):
-    from models.loading import load_params
+    from evaluation.loading import load_params
 
     workdir = tmp_path / "run"
     shutil.copytree(FIXTURE, workdir, ignore=shutil.ignore_patterns("params_step40.npz"))

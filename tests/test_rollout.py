@@ -1,4 +1,4 @@
-"""Attention rollout (attention/rollout.py): a case computed by hand, and its invariants."""
+"""Attention rollout (analysis/rollout.py): a case computed by hand, and its invariants."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from test_mapfile import make_maps
 
-from attention.rollout import plot_rollout, rollout
+from analysis.rollout import plot_rollout, rollout
 
 
 def softmax_maps(layers: int, heads: int, s: int, seed: int = 0) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Seeds as an axis (models/seeds.py): `train.py --seeds N` and the evaluation of their
+"""Seeds as an axis (evaluation/seeds.py): `train.py --seeds N` and the evaluation of their
 parent, whose mean and sample standard deviation are checked against NumPy."""
 
 import json
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import run_script
 
-from configs.errors import UserError
-from models.seeds import summarize, summarize_files
+from common.errors import UserError
+from evaluation.seeds import summarize, summarize_files
 
 TRAIN = ("--config", "configs/smoke.py", "--config.train.num_steps=2",
          "--config.eval.every_steps=2", "--config.checkpoint.every_steps=2",
@@ -146,7 +146,7 @@ def test_bad_seed_results_on_the_command_line(tmp_path):
 @pytest.mark.slow
 def test_train_seeds_then_evaluate_the_parent(tmp_path, capsys):
     from evaluate import evaluate
-    from models.loading import load_params
+    from evaluation.loading import load_params
 
     parent = tmp_path / "seeds"
     first = run_script("train.py", *TRAIN, "--workdir", str(parent), "--seeds", "2")

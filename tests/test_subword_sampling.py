@@ -15,9 +15,9 @@ import pytest
 from conftest import REPO, run_script
 from test_train import final_params, flat
 
+from common.errors import UserError
 from configs import smoke
-from configs.cli import validate_config
-from configs.errors import UserError
+from configs.validation import validate_config
 from data.sampling import SampledEpochs
 from data.streaming import training_source
 from data.subword_draws import BpeDropout, Sampling

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention import teacher_links as tl
-from configs.errors import UserError
+from alignment import teacher_links as tl
+from alignment.student import link_teachers, student_cross_entropy
+from common.errors import UserError
 from data.batching import TokenArray, TrainBatcher
 from data.tokenizer import EOS_ID, PAD_ID
-from models.alignment_student import link_teachers, student_cross_entropy
-from models.training import batch_loss
 from models.transformer import Transformer
 from tests.test_alignment_head import small_config, toy_batch
 from tests.test_alignment_reverse import PAIRS, reverse_model
+from training.step import batch_loss
 
 # A made-up vocabulary: ids 0-3 the specials, then pieces ("▁" opens a word).
 PIECES = ["<pad>", "<unk>", "<s>", "</s>", "\u2581a", "b", "\u2581c", "\u2581d", "e"]
@@ -145,20 +145,20 @@ def test_the_loss_teaches_the_student_the_batchs_links():
 
 
 def test_teacher_links_refuse_a_run_without_the_student_or_with_resegmentation():
-    from configs import cli
+    from configs import validation
     from configs.align_de_en import get_config
 
     config = get_config()  # the recipe: the student, taught eflomal's links
     assert config.model.alignment_student and config.data.teacher_links
-    cli.validate_config(config)
+    validation.validate_config(config)
     config.model.alignment_student = False
     with pytest.raises(UserError, match="set model.alignment_student=True"):
-        cli.validate_config(config)
+        validation.validate_config(config)
     config.model.alignment_student = True
-    cli.validate_config(config)
+    validation.validate_config(config)
     config.data.spm_sampling_alpha = 0.1
     with pytest.raises(UserError, match="needs data.spm_sampling_alpha=0"):
-        cli.validate_config(config)
+        validation.validate_config(config)
 
 
 def test_train_refuses_a_links_file_of_another_text(tmp_path):

@@ -105,7 +105,8 @@ def test_train_step_compiles_once_per_bucket_shape():
 
     from configs import smoke
     from data.batching import TrainBatcher
-    from models.training import create_train_state, make_mesh, make_train_step, shard_batch
+    from training.distributed import make_mesh, shard_batch
+    from training.step import create_train_state, make_train_step
 
     cfg = smoke.get_config()
     rng = np.random.default_rng(0)
@@ -165,10 +166,10 @@ def test_checkpoint_of_the_old_nnx_variable_layout_restores_into_plain_dicts(tmp
     import jax.numpy as jnp
     from flax import nnx
 
+    from common.errors import UserError
     from configs import smoke
-    from configs.errors import UserError
-    from models import checkpoint as ckpt
-    from models.training import build_model, build_optimizer, create_train_state
+    from training import checkpoint as ckpt
+    from training.step import build_model, build_optimizer, create_train_state
 
     cfg = smoke.get_config()
     model = build_model(cfg, 50, 50)

@@ -14,9 +14,9 @@ import pytest
 from test_mapfile import make_maps
 from test_plotting_overlay import OVERLAY_TALP, overlay_maps
 
-from attention.inspect import run
+from analysis.inspect import run
+from analysis.viewer import write_html
 from attention.mapfile import save_maps
-from attention.viewer import write_html
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

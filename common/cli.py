@@ -1,12 +1,13 @@
-"""Command-line config handling shared by train.py and evaluate.py.
+"""The command-line runner every attnmt command uses: absl flags (config files included)
+parsed with one-line user errors, and `main` guarded the same way.
 
 Usage in an entry point:
 
     _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
 
     def main(argv):
-        cfg = cli.resolve_config(_CONFIG)       # UserError if missing/invalid
-        cli.write_config_json(cfg, workdir)
+        cfg = resolved.resolve_config(_CONFIG)  # configs/resolved.py; UserError if invalid
+        resolved.write_config_json(cfg, workdir)
         ...
 
     if __name__ == "__main__":
@@ -29,7 +30,6 @@ raises OSError on first use. `parse_flags` and `resolve_config` fix all three.
 import difflib
 import errno
 import functools
-import json
 import os
 import re
 import sys
@@ -39,19 +39,14 @@ from typing import Any, NoReturn
 
 import ml_collections
 from absl import app, flags
-from ml_collections import config_flags
 
 # Not re-exported by the package: is_config_flag, ConfigFileFlagParser, get_type.
 from ml_collections.config_flags import config_flags as config_flags_lib
 from ml_collections.config_flags import config_path
 
-from configs.base import DATASETS, NORMALIZATIONS, SCHEDULES, get_config
-from configs.errors import UserError
-from configs.files import write_atomic
-from configs.model import ModelConfig
+from common.errors import UserError
 
 DEBUG_ENV = "ATTNMT_DEBUG"
-CONFIG_JSON = "config.json"
 # Exceptions that are the user's doing, reported without a traceback. An OSError is
 # the user's too when it names a path (see `user_error_message`).
 USER_ERRORS = (UserError,)
@@ -192,110 +187,6 @@ def parse_flags(argv: list[str]) -> list[str]:
         fail(_flag_error_message(e, argv))
 
 
-def resolve_config(config_flag: flags.FlagHolder) -> ml_collections.ConfigDict:
-    """The parsed config of a `DEFINE_config_file` flag, checked.
-
-    Args:
-      config_flag: the holder returned by `config_flags.DEFINE_config_file`
-        (or the ConfigDict itself).
-    Returns:
-      The config, validated by `validate_config`.
-    Raises:
-      UserError: no --config given, the file could not be loaded, or a value
-        is invalid.
-    """
-    if isinstance(config_flag, ml_collections.ConfigDict):
-        config = config_flag
-    else:
-        config = config_flag.value
-        if config is None:
-            raise UserError(f"--{config_flag.name} is required, e.g. "
-                            f"--{config_flag.name} configs/multi30k_de_en.py")
-        try:
-            config.keys()  # The placeholder of a config that failed to load raises OSError.
-        except OSError as e:
-            path = config_flags.get_config_filename(flags.FLAGS[config_flag.name])
-            if not Path(path.split(":")[0]).is_file():
-                raise UserError(f"config file not found: {path}") from e
-            raise UserError(f"cannot load config file {path}: "
-                            f"{str(e).strip().splitlines()[-1].strip()}") from e
-    validate_config(config)
-    return config
-
-
-def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Checks values that types alone cannot; raises UserError naming the key."""
-    data = config.data
-    if data.dataset not in DATASETS:
-        raise UserError(f"unknown dataset {data.dataset!r} (known: {', '.join(DATASETS)})")
-    if data.source_lang == data.target_lang:
-        raise UserError(f"data.source_lang and data.target_lang are both {data.source_lang!r}")
-    choices = {"data.spm_model_type": (data.spm_model_type, ("unigram", "bpe")),
-               "data.spm_normalization": (data.spm_normalization, NORMALIZATIONS),
-               "data.long_pairs": (data.long_pairs, ("drop", "truncate")),
-               "train.schedule": (config.train.schedule, SCHEDULES)}
-    for key, (value, allowed) in choices.items():
-        if value not in allowed:
-            raise UserError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
-    minimums = {"data.vocab_size": (data.vocab_size, 5), "data.max_length": (data.max_length, 2),
-                "data.bucket_step": (data.bucket_step, 1), "data.pack_length": (data.pack_length, 0),
-                "train.batch_tokens": (config.train.batch_tokens, 1),
-                "train.num_steps": (config.train.num_steps, 1),
-                "train.rdrop_alpha": (config.train.rdrop_alpha, 0),
-                "train.align_prior_ramp_steps": (config.train.align_prior_ramp_steps, 0),
-                "train.align_agreement": (config.train.align_agreement, 0),
-                "train.align_agreement_start": (config.train.align_agreement_start, 0),
-                "eval.beam_size": (config.eval.beam_size, 1),
-                "eval.batch_size": (config.eval.batch_size, 1),
-                "checkpoint.every_steps": (config.checkpoint.every_steps, 1)}
-    for key, (value, low) in minimums.items():
-        if value < low:
-            raise UserError(f"{key} must be at least {low}, got {value}")
-    if config.train.schedule == "cosine_budget" and config.train.max_minutes <= 0:
-        raise UserError("train.schedule=cosine_budget decays over the time budget: set "
-                        "train.max_minutes")
-    if data.spm_sampling_alpha < 0:
-        raise UserError(f"data.spm_sampling_alpha must be 0 (off) or positive, got "
-                        f"{data.spm_sampling_alpha}")
-    if data.spm_model_type == "bpe" and data.spm_sampling_alpha >= 1:
-        raise UserError(f"data.spm_sampling_alpha is BPE-dropout's probability of skipping a "
-                        f"merge for a BPE model: below 1, got {data.spm_sampling_alpha}")
-    if data.spm_sampling_alpha and data.spm_model_type == "unigram" and \
-            not 2 <= data.spm_nbest_size <= 1024:
-        raise UserError(f"data.spm_nbest_size must be 2 to 1024 with sampling on, got "
-                        f"{data.spm_nbest_size}")
-    if config.model.alignment_jumps and not config.model.alignment_head:
-        raise UserError("model.alignment_jumps needs model.alignment_head=True")
-    if not config.model.alignment_attention_prior and not config.model.alignment_jumps:
-        raise UserError("model.alignment_attention_prior=False needs model.alignment_jumps=True "
-                        "(without either the head's prior is uniform: IBM model 1)")
-    if config.model.alignment_reverse and not config.model.alignment_jumps:
-        raise UserError("model.alignment_reverse needs model.alignment_jumps=True (the reverse "
-                        "head is an HMM moved by jump biases)")
-    if config.model.alignment_student and not config.model.alignment_reverse:
-        raise UserError("model.alignment_student needs model.alignment_reverse=True (it "
-                        "reads both heads' lexical tables, and without data.teacher_links "
-                        "they teach it)")
-    if data.teacher_links and not config.model.alignment_student:
-        raise UserError("data.teacher_links teaches the alignment student: set "
-                        "model.alignment_student=True")
-    if data.teacher_links and (data.spm_sampling_alpha or data.pack_length):
-        raise UserError("data.teacher_links needs data.spm_sampling_alpha=0 and "
-                        "data.pack_length=0 (the links are mapped onto each pair's one "
-                        "segmentation, one pair per row)")
-    if config.train.align_agreement and not config.model.alignment_reverse:
-        raise UserError("train.align_agreement needs model.alignment_reverse=True (the "
-                        "agreement is between the head and its reverse twin)")
-    if config.model.alignment_jumps and data.pack_length:
-        raise UserError("model.alignment_jumps needs data.pack_length=0: its chain would run "
-                        "across the pairs packed into one row")
-    if config.model.share_embeddings and not data.joint_vocab:
-        raise UserError("model.share_embeddings needs one joint vocabulary (data.joint_vocab=True)")
-    # The model's own checks (sizes, divisibility, choices), before any file is written.
-    ModelConfig.from_config(config.model, src_vocab_size=data.vocab_size,
-                            tgt_vocab_size=data.vocab_size)
-
-
 def describe_os_error(error: OSError) -> str:
     """One line in words for an OSError on a path, e.g. "cannot write runs/x/eval/a.json:
     read-only file system" or "runs/x/a/b: a part of this path is a file, not a folder"."""
@@ -357,40 +248,3 @@ def run(main: Callable[[list[str]], Any]) -> None:
     app.run(main_guard(main), flags_parser=parse_flags)
 
 
-def config_to_json(config: ml_collections.ConfigDict) -> str:
-    """The config as stable JSON text: sorted keys, 2-space indent, final newline."""
-    return json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n"
-
-
-def write_config_json(config: ml_collections.ConfigDict, workdir: str | Path) -> Path:
-    """Writes `<workdir>/config.json` atomically."""
-    return write_atomic(Path(workdir) / CONFIG_JSON, config_to_json(config))
-
-
-def load_config_json(workdir: str | Path) -> ml_collections.ConfigDict:
-    """Reads `<workdir>/config.json` back into a ConfigDict (tuples come back as lists).
-
-    Raises:
-      UserError: the file is missing, not UTF-8, not valid JSON, or not a config
-        (a JSON object whose groups, data and model at least, are objects).
-    """
-    path = Path(workdir) / CONFIG_JSON
-    if not path.is_file():
-        raise UserError(f"{path} not found: {workdir} is not a training workdir")
-    try:
-        tree = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: invalid JSON ({e})") from None
-    # Valid JSON of another shape would fail later as an AttributeError deep inside.
-    groups = [k for k, v in get_config().items() if isinstance(v, ml_collections.ConfigDict)]
-    if not isinstance(tree, dict):
-        raise UserError(f"{path}: not a training config (a JSON {type(tree).__name__}, "
-                        "expected an object)")
-    bad = [g for g in groups if (g in ("data", "model") or g in tree)
-           and not isinstance(tree.get(g), dict)]
-    if bad:
-        raise UserError(f"{path}: not a training config (no group {', '.join(bad)}); "
-                        f"{workdir} is damaged or not a training workdir")
-    return ml_collections.ConfigDict(tree)

@@ -2,7 +2,7 @@
 
 Kept free of heavy imports (no jax, no absl) so that any module can raise it.
 The command-line entry points turn a `UserError` into one line on stderr,
-`error: <message>`, and exit code 2 (see `configs.cli.main_guard`); anything
+`error: <message>`, and exit code 2 (see `common.cli.main_guard`); anything
 else is a bug and keeps its traceback.
 """
 

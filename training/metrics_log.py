@@ -11,7 +11,7 @@ import jax
 import numpy as np
 from tensorboardX import SummaryWriter
 
-from configs.files import write_atomic
+from common.files import write_atomic
 
 
 class MetricsLog:

@@ -7,14 +7,14 @@ import dataclasses
 import signal
 from pathlib import Path
 
-from configs.errors import UserError
+from common.errors import UserError
 from data.tokenizer import tokenizer_fingerprint
 
 
 @dataclasses.dataclass
 class LoopState:
     """What the loop carries between steps besides the train state; saved as JSON in each
-    checkpoint's "meta" item (models/checkpoint.py), so its field names are a file format."""
+    checkpoint's "meta" item (training/checkpoint.py), so its field names are a file format."""
 
     epoch: int = 0  # data position to resume from: epoch ...
     batch_index: int = 0  # ... and batch within it

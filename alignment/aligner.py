@@ -1,4 +1,4 @@
-"""The two functions behind `python -m attention.align` (attention/align.py, whose
+"""The two functions behind `python -m attention.align` (alignment/command.py, whose
 docstring says what each setting reads): `align` reads one setting's word links of a
 bitext (and scores them), `select` tries the grid of settings on the first
 DEV_SENTENCES gold pairs and stores the best with the run.
@@ -15,20 +15,22 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from attention.align_settings import RESULT_FILE, SETTING_KEYS, stored_settings
-from attention.alignment import (
+from alignment.forced import Recorded
+from alignment.links import (
     HEAD_LAYER,
     HEAD_LAYERS,
     HEADS_AND_STUDENT_LAYER,
     JOINT_HEADS_LAYER,
     PRIOR_LAYERS,
     REVERSE_HEAD_LAYER,
+    SYMMETRIZE,
+    alignment_scores,
+    symmetrize,
 )
-from attention.alignment_scoring import SYMMETRIZE, alignment_scores, symmetrize
-from configs import cli
-from configs.errors import UserError
-from configs.files import prepare_output_folder, write_atomic
-from models.forced_alignment import Recorded
+from alignment.settings import RESULT_FILE, SETTING_KEYS, stored_settings
+from common.errors import UserError
+from common.files import prepare_output_folder, write_atomic
+from configs import resolved
 
 DEV_SENTENCES = 100  # the protocol: every setting is chosen on the first 100 gold pairs
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
@@ -106,7 +108,7 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
       golds: optional N (sure, possible) link sets (`read_talp`); they only score.
       reverse_workdir: a run target->source; symmetrize_with: SYMMETRIZE or "none"
         (without a reverse run, stored or given: the forward map's row links combined
-        with its column links, `attention.alignment.column_links`).
+        with its column links, `alignment.links.column_links`).
       given: checkpoint, layer, heads, shift, words, threshold (a float, or "argmax") of the
         forward model; None or absent = the stored `--select` choice, else the default.
         The reverse model takes the same given values, else its stored ones (when it
@@ -123,13 +125,13 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
     method = symmetrize_with or stored_method or (SYMMETRIZE[0] if explicit_rev else "none")
     own_reverse = bool(reverse_workdir) and (Path(reverse_workdir).resolve()
                                              == Path(workdir).resolve())
-    if own_reverse and not cli.load_config_json(workdir).model.get("alignment_reverse"):
+    if own_reverse and not resolved.load_config_json(workdir).model.get("alignment_reverse"):
         raise UserError(f"--reverse_workdir {reverse_workdir} is the run itself, which has no "
                         "reverse head (model.alignment_reverse): give a run of the other "
                         "direction")
     if method != "none" and reverse_workdir and not own_reverse:  # before any forced decoding
-        langs = cli.load_config_json(workdir).data
-        rev_langs = cli.load_config_json(reverse_workdir).data
+        langs = resolved.load_config_json(workdir).data
+        rev_langs = resolved.load_config_json(reverse_workdir).data
         if (rev_langs.source_lang, rev_langs.target_lang) != (langs.target_lang, langs.source_lang):
             raise UserError(f"{reverse_workdir} translates {rev_langs.source_lang}->"
                             f"{rev_langs.target_lang}, not {langs.target_lang}->{langs.source_lang}")
@@ -175,7 +177,7 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
     symmetrisation of the map's rows with its columns or "none")], best first. The
     forward direction (not `transpose`) also reads each map both ways (argmax rows with
     the columns, each SYMMETRIZE method)."""
-    from models.loading import kept_steps
+    from evaluation.loading import kept_steps
 
     steps = [given["checkpoint"]] if given.get("checkpoint") else [str(s) for s in
                                                                      kept_steps(workdir)]

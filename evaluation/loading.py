@@ -2,7 +2,7 @@
 (or the element-wise mean of several), checked against the run's config.json.
 
 Used by evaluate.py (which also checks the members of an ensemble here),
-attention/gold_aer.py and bench/decode_speed.py. Heavy imports (JAX, orbax) happen
+the alignment command and bench/decode_speed.py. Heavy imports (JAX, orbax) happen
 inside the functions, so evaluate.py checks its inputs first.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import ml_collections
 
-from configs import cli
-from configs.errors import UserError
+from common.errors import UserError
+from configs import resolved
 
 
 def load_tokenizer(workdir: Path, cfg: ml_collections.ConfigDict):
@@ -96,21 +96,21 @@ def checkpoint_dir(workdir: Path) -> Path:
 
 def kept_steps(workdir: str | Path) -> list[int]:
     """The steps of a run's saved checkpoints, oldest first (UserError: none)."""
-    from models import checkpoint as ckpt
+    from training import checkpoint as ckpt
 
-    cfg = cli.load_config_json(workdir)
+    cfg = resolved.load_config_json(workdir)
     manager = ckpt.make_manager(checkpoint_dir(Path(workdir)), cfg.checkpoint.keep,
                                 read_only=True)
     return sorted(manager.all_steps())
 
 
 def unfinished_training(workdir: str | Path) -> str:
-    """"" when the run in `workdir` has finished training (`models.loop.finished_reason` of
+    """"" when the run in `workdir` has finished training (`training.loop.finished_reason` of
     its newest checkpoint), else where it stands, "step S of N" (UserError: no checkpoint)."""
-    from models import checkpoint as ckpt
-    from models.loop import LoopState, finished_reason
+    from training import checkpoint as ckpt
+    from training.loop import LoopState, finished_reason
 
-    cfg = cli.load_config_json(workdir)
+    cfg = resolved.load_config_json(workdir)
     manager = ckpt.make_manager(checkpoint_dir(Path(workdir)), cfg.checkpoint.keep,
                                 read_only=True)
     step = max(manager.all_steps())
@@ -124,7 +124,7 @@ def resolve_steps(manager, checkpoint: str | None, average_last: int = 0) -> lis
     checkpoint: "best" | "last" | a step number; None = "best", or "last" when averaging.
     average_last: N > 0 averages the N most recent saved steps up to that step.
     """
-    from models import checkpoint as ckpt
+    from training import checkpoint as ckpt
 
     steps = sorted(manager.all_steps())
     if not steps:
@@ -150,11 +150,11 @@ def load_params(workdir: str | Path, checkpoint: str | None = None, average_last
     """
     from flax import nnx
 
-    from models import checkpoint as ckpt
-    from models.training import create_train_state
+    from training import checkpoint as ckpt
+    from training.step import create_train_state
 
     workdir = Path(workdir)
-    cfg = cfg if cfg is not None else cli.load_config_json(workdir)
+    cfg = cfg if cfg is not None else resolved.load_config_json(workdir)
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(workdir, cfg)
     manager = ckpt.make_manager(checkpoint_dir(workdir), cfg.checkpoint.keep, read_only=True)
     steps = resolve_steps(manager, checkpoint, average_last)

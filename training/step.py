@@ -20,21 +20,19 @@ as an uninterrupted one without storing any RNG state.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 
-from configs.base import SCHEDULES
+from alignment.head import agreed_pair, agreement_log_likelihood
+from alignment.student import link_teachers, student_cross_entropy
 from configs.model import ModelConfig
 from data.tokenizer import EOS_ID, PAD_ID
-from models.alignment_head import agreed_pair, agreement_log_likelihood
-from models.alignment_student import link_teachers, student_cross_entropy
 from models.transformer import Transformer
+from training.distributed import replicate
+from training.schedules import learning_rate_schedule
 
 PACKING_KEYS = ("src_segments", "tgt_segments", "src_positions", "tgt_positions")
 
@@ -59,51 +57,6 @@ def create_train_state(cfg, src_vocab_size: int, tgt_vocab_size: int,
         "nonfinite_step": jnp.full((), -1, jnp.int32),
     }
     return nnx.graphdef(model), (state if mesh is None else replicate(state, mesh))
-
-
-COSINE_END = 0.01  # both cosine schedules end at this fraction of the peak
-
-
-def learning_rate_schedule(cfg_train) -> optax.Schedule:
-    """Linear warmup to `learning_rate`, then inverse-sqrt, cosine or constant decay.
-
-    "cosine_budget" is constant here: its cosine runs over the time budget, which only
-    the host knows, so the loop multiplies each step's update by `budget_decay(...)`.
-    """
-    peak, warmup = cfg_train.learning_rate, max(1, cfg_train.warmup_steps)
-    if cfg_train.schedule == "cosine":
-        return optax.warmup_cosine_decay_schedule(
-            0.0, peak, warmup, max(cfg_train.num_steps, warmup + 1), end_value=peak * COSINE_END
-        )
-    warmup_fn = optax.linear_schedule(0.0, peak, warmup)
-    if cfg_train.schedule == "inverse_sqrt":
-        # join_schedules evaluates both branches: at count = step - warmup < 0 (still in
-        # warmup) the decay must not divide by zero, e.g. for step 0 as a Python int.
-        decay_fn = lambda count: peak * jnp.sqrt(warmup / jnp.maximum(count + warmup, warmup))  # noqa: E731
-    elif cfg_train.schedule in ("constant", "cosine_budget"):
-        decay_fn = optax.constant_schedule(peak)
-    else:
-        raise ValueError(f"train.schedule must be one of {', '.join(SCHEDULES)}, "
-                         f"not {cfg_train.schedule!r}")
-    return optax.join_schedules([warmup_fn, decay_fn], [warmup])
-
-
-def budget_decay(train_seconds: float, decay_start_seconds: float, budget_seconds: float) -> float:
-    """The factor on the learning rate of `train.schedule = "cosine_budget"` after
-    `train_seconds` of training: 1 until warmup ended (at `decay_start_seconds`), then a
-    cosine to COSINE_END reached when the budget (`budget_seconds`, evaluations
-    included) runs out; a negative `decay_start_seconds` means warmup is still running.
-
-    The budgeted-training schedule (Li et al. 2020: decay to ~0 by the end of the
-    budget) for a budget in minutes, whose last step depends on the machine's speed. It
-    follows the clock, so two such runs match only as closely as their timings do; a
-    resume continues from the saved train_seconds.
-    """
-    if decay_start_seconds < 0:  # warmup still running
-        return 1.0
-    span = budget_seconds - decay_start_seconds
-    done = 1.0 if span <= 0 else min(max((train_seconds - decay_start_seconds) / span, 0.0), 1.0)
-    return COSINE_END + (1 - COSINE_END) * 0.5 * (1 + math.cos(math.pi * done))
 
 
 # Subtrees clipped apart (clip_apart): the alignment heads, and the layer they teach.
@@ -197,21 +150,21 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     tokens, as in the authors' fairseq criterion, so their alpha values carry over. The sums
     then count both copies and add "rdrop_kl_sum". About twice a step's compute.
 
-    A model with an alignment head (models/alignment_head.py) adds the head's negative
+    A model with an alignment head (alignment/head.py) adds the head's negative
     log-likelihood (and its reverse head's, model.alignment_reverse, over the source
     pieces) to the loss it returns and "align_nll_sum" to the sums; "loss_sum" and
     "nll_sum" stay the translation's. The head's inputs are stop-gradient, so the
     translation parameters get the same gradient as without it. `align_prior_weight` w
     raises its prior to w (0: uniform, IBM model 1; `train.align_prior_ramp_steps`).
     With the reverse head, `align_agreement` > 0 adds that times the negative
-    `models.alignment_head.agreement_log_likelihood` (the lexical tables trained on the
+    `alignment.head.agreement_log_likelihood` (the lexical tables trained on the
     links both heads agree on; "align_agreement_sum" in the sums, one more forward-backward
     pass of each chain; a traced weight, as the train step passes it with
     `train.align_agreement_start`'s gate, always computes the term). With
     model.alignment_student the loss adds the student's cross-entropies, its two readings
     against the two heads' agreed posteriors, or, when the batch has "teacher_links"
     (uint8 [B, T, S], data.teacher_links), against those links
-    (`models.alignment_student.link_teachers`); `student_cross_entropy`, weight 1,
+    (`alignment.student.link_teachers`); `student_cross_entropy`, weight 1,
     "align_student_sum"; its stop-gradient inputs keep translation's gradient as is.
     """
     if rdrop_alpha:
@@ -328,48 +281,4 @@ def make_eval_step(graphdef: nnx.GraphDef, label_smoothing: float):
 
 # --- data parallelism -------------------------------------------------------------
 
-def initialize_distributed() -> None:
-    """Joins a multi-process run when one is launched, before any JAX computation.
 
-    With JAX_COORDINATOR_ADDRESS set (host:port of process 0), JAX_NUM_PROCESSES and
-    JAX_PROCESS_ID give this process's place (a manual launch: one command per host);
-    without them JAX detects SLURM, Open MPI or a TPU pod itself. On CPU the processes
-    exchange gradients over gloo. Without JAX_COORDINATOR_ADDRESS, nothing happens.
-    """
-    import os
-
-    if "JAX_COORDINATOR_ADDRESS" not in os.environ or jax.distributed.is_initialized():
-        return  # not launched multi-process, or joined already (train.py --seeds: seed 2..N)
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU devices only
-    place = {}
-    if "JAX_NUM_PROCESSES" in os.environ:
-        place = {"num_processes": int(os.environ["JAX_NUM_PROCESSES"]),
-                 "process_id": int(os.environ["JAX_PROCESS_ID"])}
-    jax.distributed.initialize(os.environ["JAX_COORDINATOR_ADDRESS"], **place)
-
-
-def make_mesh() -> Mesh:
-    """A 1-D mesh over every device of every process, axis "data"."""
-    return Mesh(np.asarray(jax.devices()), ("data",))
-
-
-def replicate(tree, mesh: Mesh):
-    """Place a pytree on every device of the mesh (parameters, optimizer state)."""
-    return jax.device_put(tree, NamedSharding(mesh, PartitionSpec()))
-
-
-def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-    """Split a host batch along its first axis over the "data" axis.
-
-    batch: arrays [B, ...] with B a multiple of the global device count. Each process
-    passes the same global batch and contributes its own slice, so this also works
-    multi-host (after `jax.distributed.initialize()`).
-    """
-    sharding = NamedSharding(mesh, PartitionSpec("data"))
-    num_proc, proc = jax.process_count(), jax.process_index()
-
-    def put(x: np.ndarray) -> jax.Array:
-        local = np.array_split(x, num_proc)[proc] if num_proc > 1 else x
-        return jax.make_array_from_process_local_data(sharding, local, x.shape)
-
-    return {k: put(v) for k, v in batch.items() if isinstance(v, np.ndarray) and v.ndim >= 1}

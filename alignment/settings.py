@@ -1,4 +1,4 @@
-"""The settings of a word-alignment reading (attention/align.py): what `--select` stores
+"""The settings of a word-alignment reading (alignment/command.py): what `--select` stores
 in `<workdir>/eval/alignment.json`, the flags' text parsed into them, and one line
 naming them.
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attention.alignment import HEAD_LAYERS
-from configs.errors import UserError
+from alignment.links import HEAD_LAYERS
+from common.errors import UserError
 
 RESULT_FILE = Path("eval") / "alignment.json"  # relative to the workdir
 SETTING_KEYS = ("checkpoint", "layer", "heads", "shift", "words", "threshold", "prior_weight")

@@ -17,10 +17,10 @@ import statistics
 import time
 from pathlib import Path
 
-from configs.cli import CONFIG_JSON, load_config_json
-from configs.errors import UserError
-from configs.files import write_atomic
-from models.loading import checkpoint_dir, unfinished_training
+from common.errors import UserError
+from common.files import write_atomic
+from configs.resolved import CONFIG_JSON, load_config_json
+from evaluation.loading import checkpoint_dir, unfinished_training
 
 SEED_DIR = re.compile(r"seed(\d+)")
 # The scores summarized, in the summary's key order (bleu_lc_tok with --compat_lc_tok).

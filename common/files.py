@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from configs.errors import UserError
+from common.errors import UserError
 
 try:
     import fcntl

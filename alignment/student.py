@@ -1,7 +1,7 @@
 """An alignment layer that reads the translation model's context, taught by the two
 alignment heads or by an outside aligner's links (model.alignment_student).
 
-The heads of models/alignment_head.py are statistical aligners with neural parts: their
+The heads of alignment/head.py are statistical aligners with neural parts: their
 lexical tables see one source piece's embedding, IBM model 1's view, so a link is earned
 by what that piece alone translates to. On the RWTH German-English gold set their joint
 reading stopped at ~34 AER, and the posteriors themselves were the limit (docs/
@@ -9,14 +9,14 @@ alignment.md): the links a word needs are often not in its lexical evidence, whi
 translation model's states, which have read both sentences, hold more.
 
 The student is one attention from each target piece to the encoder's states, trained
-to reproduce the heads' agreed posteriors (`models.alignment_head.agreed_posteriors`,
+to reproduce the heads' agreed posteriors (`alignment.head.agreed_posteriors`,
 the forward head's posterior moved toward the links the reverse head supports): the
 alignment layer of Garg et al. (2019), supervised there by GIZA++'s links, here by the
 run's own heads, so no gold links and no outside aligner. Its one score matrix is read
 both ways: normalised over the source pieces (the source `</s>` as NULL) it is taught
 the forward head's agreed posterior, normalised over the target pieces (the target
 `</s>` as NULL) the reverse head's, so the two directions share one set of scores and
-their joint reading (`models.forced_alignment.joint_posterior`) is symmetric by
+their joint reading (`alignment.forced.joint_posterior`) is symmetric by
 construction.
 
 Its score for target piece y_j and source piece i adds three things:
@@ -36,11 +36,11 @@ Its score for target piece y_j and source piece i adds three things:
 (A first version, the attention alone with y_{j+1}'s embedding but not y_j's, stayed
 14 AER behind its teachers at 1,000 steps: docs/alignment.md.) Its inputs are
 stop-gradient, like the heads', and its gradients are clipped apart from theirs and
-translation's (models/training.py `clip_apart`), so translation and the heads train
+translation's (training/step.py `clip_apart`), so translation and the heads train
 exactly as without it.
 
 With data.teacher_links the teacher is an outside aligner's word links instead (eflomal's,
-symmetrised, as Garg et al. taught GIZA++'s; attention/teacher_links.py makes them):
+symmetrised, as Garg et al. taught GIZA++'s; alignment/teacher_links.py makes them):
 `link_teachers` turns each batch's piece links into the two readings' targets.
 
 Read as `attention.align --layer alignment_student` (the rows: softmax over the source
@@ -55,9 +55,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from alignment.head import MAX_JUMP, NEG_INF
 from configs.model import ModelConfig
 from data.tokenizer import EOS_ID, PAD_ID
-from models.alignment_head import MAX_JUMP, NEG_INF
 
 
 def shift_rows(x: jnp.ndarray) -> jnp.ndarray:

@@ -58,16 +58,16 @@ from pathlib import Path
 
 import numpy as np
 
-from attention.alignment import extract_alignment
-from attention.alignment_scoring import aer
+from alignment.figures import token_groups
+from alignment.links import aer, extract_alignment
+from attention.heatmaps import AXIS_NAMES
 from attention.mapfile import DECODE_MODES, KINDS, AttentionMaps
-from attention.plotting import AXIS_NAMES, token_groups
-from configs.errors import UserError
-from configs.files import write_atomic
+from common.errors import UserError
+from common.files import write_atomic
 
 PAGE = Path(__file__).with_name("viewer_page.html")
 SCRIPT = Path(__file__).with_name("viewer_page.js")
-# The metrics of attention/heads.py in the order the page offers them; any other
+# The metrics of analysis/heads.py in the order the page offers them; any other
 # [layers][heads] grid of a heads file follows, alphabetically.
 HEAD_METRICS = ("importance", "importance_bleu", "importance_grad", "confidence", "entropy",
                 "previous", "same", "next", "eos", "punctuation", "rare", "gold_agreement")

@@ -13,12 +13,12 @@ import numpy as np
 from flax import nnx
 from sacrebleu.metrics import BLEU, CHRF
 
+from attention.heatmaps import heatmap_image_array, preview_pngs, preview_skip_reason
 from attention.mapfile import save_maps
-from attention.plotting import heatmap_image_array, preview_pngs, preview_skip_reason
 from data.batching import eval_batches
-from models.compilation import CompileTimer
-from models.metrics_log import MetricsLog
 from models.translate import record_maps, record_maps_grouped, translate_ids
+from training.compilation import CompileTimer
+from training.metrics_log import MetricsLog
 
 MAX_PREVIEW_EXAMPLES = 8  # PNG previews for at most this many of the saved maps
 
@@ -139,7 +139,7 @@ def save_attention(model, tokenizer, sources: list[str], n: int, *, beam_size: i
     size, not N times it, and the weight buffers stay small. The file holds N examples
     in input order ([N, L, H, S, S] etc., padded to the longest: the padding is zeros,
     which `np.savez_compressed` stores in next to nothing). Previews skip sentences too
-    long to draw quickly (`attention.plotting.preview_pngs`).
+    long to draw quickly (`attention.heatmaps.preview_pngs`).
 
     Returns (path of the map file, timing {"attention_record_seconds",
     "attention_preview_seconds"}).

@@ -27,7 +27,7 @@ position of y_j is a hidden Markov chain with transitions
 a learned bias per jump width (clipped at +-MAX_JUMP pieces; NULL has its own, and the
 chain leaves NULL by the prior alone). Its likelihood is the forward algorithm
 (`hmm_log_likelihood`); its posterior is read by forward-backward
-(models/forced_alignment.py). In the statistical aligners this chain is what takes IBM
+(alignment/forced.py). In the statistical aligners this chain is what takes IBM
 model 1's 55.6 AER to 38.3 on the RWTH German-English gold set (eflomal -m 1 vs -m 2 on
 the same text, 2026-11-25); the mixture's prior alone gains ~1.5.
 
@@ -37,12 +37,12 @@ neural. With `model.alignment_reverse` a second head of this class (`reverse=Tru
 models the other direction in the same run, p(x_i | y, x_<i): rows are source pieces,
 states target positions (the target `</s>` its NULL), jump biases alone, a lexical table
 t(x_i | y_j) over the source vocabulary read from the target piece's embedding; the two
-heads' links are symmetrised as two aligners' are (attention/align.py).
+heads' links are symmetrised as two aligners' are (alignment/command.py).
 
 The head is trained by maximising log p(y_j | x, y_<j) over the training bitext, beside
 the translation loss. Its inputs are `stop_gradient`-ed, so the translation model is the
 same with or without it (its BLEU does not move); only the head's own parameters learn.
-Alignments are read from the posterior (attention/align.py `--layer alignment`).
+Alignments are read from the posterior (alignment/command.py `--layer alignment`).
 """
 
 from __future__ import annotations

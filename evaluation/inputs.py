@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ml_collections
 
-from configs.errors import UserError
+from common.errors import UserError
 from data.corpora import DataError, decode_lines, load_corpus, read_lines
 
 

@@ -81,7 +81,7 @@ def rollout(weights: np.ndarray, valid_length: int | None = None,
 def plot_rollout(matrix: np.ndarray, tokens: Sequence[str], out_path: str | os.PathLike,
                  title: str) -> Path:
     """Write `matrix` [n, n] (queries = rows, input tokens = columns) as a labelled PNG."""
-    from attention.plotting import matrix_figure, save_png
+    from attention.heatmaps import matrix_figure, save_png
 
     if matrix.shape != (len(tokens), len(tokens)):
         raise ValueError(f"matrix {matrix.shape} does not match {len(tokens)} tokens")

@@ -1,6 +1,6 @@
 """Figures of `python -m attention.heads`: per-kind layers x heads heatmaps of a metric,
 the pruning curve, and head statistics over training steps (PNGs through
-`attention.plotting.save_png`, like every other figure)."""
+`attention.heatmaps.save_png`, like every other figure)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attention.plotting import save_png
+from attention.heatmaps import save_png
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 

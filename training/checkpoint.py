@@ -1,7 +1,7 @@
 """Checkpoints through orbax's CheckpointManager.
 
 Each step directory holds two items:
-  * "state": the train state pytree (`models/training.py`), saved with StandardSave;
+  * "state": the train state pytree (`training/step.py`), saved with StandardSave;
   * "meta": JSON with the host-side loop state: data position (epoch, batch_index),
     best validation BLEU so far and its step, patience left, wall-clock time trained.
 
@@ -32,7 +32,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as cm
 
-from configs.errors import UserError
+from common.errors import UserError
 
 CHECKSUM_KEY = "state_crc32"
 

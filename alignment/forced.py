@@ -5,7 +5,7 @@ terms in logs) kept per forced-decoding unit, then read into word links for any 
     rec = Recorded("runs/align_de_en", "best", sources, targets)
     links = rec.links(layer="alignment", shift=False, threshold=None)   # N sorted lists
 
-Used by the alignment command (attention/align.py) and `attention.gold_aer`.
+Used by the alignment command (alignment/command.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from attention.alignment import (
+from alignment.links import (
     HEAD_LAYER,
     HEAD_LAYERS,
     HEADS_AND_STUDENT_LAYER,
@@ -31,10 +31,10 @@ from attention.alignment import (
     make_units,
     merge_into_words,
     pair_links,
+    symmetrize,
 )
-from attention.alignment_scoring import symmetrize
-from configs import cli
-from configs.errors import UserError
+from common.errors import UserError
+from configs import resolved
 
 MAX_TOKENS = 1024  # pieces (with </s> or <s>) per side of one forced-decoding unit
 PAD_MULTIPLE = 16  # unit lengths are padded to a multiple: fewer shapes to compile
@@ -83,7 +83,7 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
            limit: int = MAX_TOKENS) -> tuple[list[np.ndarray], list[HeadTerms] | None,
                                              list[HeadTerms] | None, list[tuple] | None]:
     """One teacher-forced pass over every unit: its cross-attention averaged over `heads`
-    and, for a model with an alignment head, the head's terms (models/alignment_head.py).
+    and, for a model with an alignment head, the head's terms (alignment/head.py).
 
     Returns (per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
     y_0..y_{n-1}), source column (m pieces, then </s>); per unit `HeadTerms`, or None
@@ -151,7 +151,7 @@ def head_posterior(terms: HeadTerms, prior_weight: float = 1.0) -> np.ndarray:
     """The alignment head's posterior p(i | x, y) with its prior raised to `prior_weight`
     w. For the mixture, p(i | x, y_<=j) proportional to a(i | x, y_<j)^w t(y_j | x_i); for
     the HMM (`terms.transition_bias`), the forward-backward marginals of the chain whose
-    transitions are raised to w (`models.alignment_head.hmm_log_likelihood`): it reads the
+    transitions are raised to w (`alignment.head.hmm_log_likelihood`): it reads the
     whole target, so later pieces move earlier links. w = 1 is the model's own posterior;
     w = 0 drops the prior (IBM model 1's reading: each target piece goes to the source
     piece that best translates it); in between trusts the learned prior less.
@@ -208,10 +208,10 @@ class Recorded:
     def __init__(self, workdir: str | Path, checkpoint: str, sources: Sequence[str],
                  targets: Sequence[str], heads: str | Sequence[int] = "mean",
                  batch_size: int = 32, max_tokens: int | None = None):
-        from models.loading import load_params, load_tokenizer
+        from evaluation.loading import load_params, load_tokenizer
 
         self.workdir = Path(workdir)
-        self.cfg = cli.load_config_json(self.workdir)
+        self.cfg = resolved.load_config_json(self.workdir)
         tokenizer = load_tokenizer(self.workdir, self.cfg)
         loaded = load_params(self.workdir, checkpoint, cfg=self.cfg, tokenizer=tokenizer)
         self.step, self.num_layers = loaded.steps[-1], self.cfg.model.num_decoder_layers
@@ -259,7 +259,7 @@ class Recorded:
     def links(self, layer, shift: bool, threshold: float | None, transpose: bool = False,
               prior_weight: float | None = None, words: bool = False,
               both_ways: str | None = None) -> list[list[Link]]:
-        """Word links per pair (`attention.alignment.pair_links`: `words` merges the map
+        """Word links per pair (`alignment.links.pair_links`: `words` merges the map
         into words before reading it; `both_ways`, a SYMMETRIZE method, combines its rows'
         links with its columns'). A head's posterior (`head_posterior` with
         `prior_weight`, None = 1) row j already aligns y_j (no shift), and its argmax may
@@ -316,7 +316,7 @@ class Recorded:
                     prior_weight: float | None = None) -> np.ndarray:
         """What `links` reads for pair `pair`, merged into words: float32 [target words,
         source words], a target word's piece rows averaged and a source word's piece
-        columns summed (`</s>` left out), as `attention.plotting.alignment_matrix` does."""
+        columns summed (`</s>` left out), as `alignment.figures.alignment_matrix` does."""
         units = [u for u in self.units if u.pair == pair]
         if len(units) != 1:
             raise UserError(f"pair {pair} was aligned in {len(units)} chunks: no single map")

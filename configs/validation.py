@@ -1,0 +1,81 @@
+"""Config validation: the checks that a value's type alone cannot make, run before any
+work (train.py, evaluate.py and every command that reads a config)."""
+
+import ml_collections
+
+from common.errors import UserError
+from configs.base import DATASETS, NORMALIZATIONS, SCHEDULES
+from configs.model import ModelConfig
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks values that types alone cannot; raises UserError naming the key."""
+    data = config.data
+    if data.dataset not in DATASETS:
+        raise UserError(f"unknown dataset {data.dataset!r} (known: {', '.join(DATASETS)})")
+    if data.source_lang == data.target_lang:
+        raise UserError(f"data.source_lang and data.target_lang are both {data.source_lang!r}")
+    choices = {"data.spm_model_type": (data.spm_model_type, ("unigram", "bpe")),
+               "data.spm_normalization": (data.spm_normalization, NORMALIZATIONS),
+               "data.long_pairs": (data.long_pairs, ("drop", "truncate")),
+               "train.schedule": (config.train.schedule, SCHEDULES)}
+    for key, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise UserError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+    minimums = {"data.vocab_size": (data.vocab_size, 5), "data.max_length": (data.max_length, 2),
+                "data.bucket_step": (data.bucket_step, 1), "data.pack_length": (data.pack_length, 0),
+                "train.batch_tokens": (config.train.batch_tokens, 1),
+                "train.num_steps": (config.train.num_steps, 1),
+                "train.rdrop_alpha": (config.train.rdrop_alpha, 0),
+                "train.align_prior_ramp_steps": (config.train.align_prior_ramp_steps, 0),
+                "train.align_agreement": (config.train.align_agreement, 0),
+                "train.align_agreement_start": (config.train.align_agreement_start, 0),
+                "eval.beam_size": (config.eval.beam_size, 1),
+                "eval.batch_size": (config.eval.batch_size, 1),
+                "checkpoint.every_steps": (config.checkpoint.every_steps, 1)}
+    for key, (value, low) in minimums.items():
+        if value < low:
+            raise UserError(f"{key} must be at least {low}, got {value}")
+    if config.train.schedule == "cosine_budget" and config.train.max_minutes <= 0:
+        raise UserError("train.schedule=cosine_budget decays over the time budget: set "
+                        "train.max_minutes")
+    if data.spm_sampling_alpha < 0:
+        raise UserError(f"data.spm_sampling_alpha must be 0 (off) or positive, got "
+                        f"{data.spm_sampling_alpha}")
+    if data.spm_model_type == "bpe" and data.spm_sampling_alpha >= 1:
+        raise UserError(f"data.spm_sampling_alpha is BPE-dropout's probability of skipping a "
+                        f"merge for a BPE model: below 1, got {data.spm_sampling_alpha}")
+    if data.spm_sampling_alpha and data.spm_model_type == "unigram" and \
+            not 2 <= data.spm_nbest_size <= 1024:
+        raise UserError(f"data.spm_nbest_size must be 2 to 1024 with sampling on, got "
+                        f"{data.spm_nbest_size}")
+    if config.model.alignment_jumps and not config.model.alignment_head:
+        raise UserError("model.alignment_jumps needs model.alignment_head=True")
+    if not config.model.alignment_attention_prior and not config.model.alignment_jumps:
+        raise UserError("model.alignment_attention_prior=False needs model.alignment_jumps=True "
+                        "(without either the head's prior is uniform: IBM model 1)")
+    if config.model.alignment_reverse and not config.model.alignment_jumps:
+        raise UserError("model.alignment_reverse needs model.alignment_jumps=True (the reverse "
+                        "head is an HMM moved by jump biases)")
+    if config.model.alignment_student and not config.model.alignment_reverse:
+        raise UserError("model.alignment_student needs model.alignment_reverse=True (it "
+                        "reads both heads' lexical tables, and without data.teacher_links "
+                        "they teach it)")
+    if data.teacher_links and not config.model.alignment_student:
+        raise UserError("data.teacher_links teaches the alignment student: set "
+                        "model.alignment_student=True")
+    if data.teacher_links and (data.spm_sampling_alpha or data.pack_length):
+        raise UserError("data.teacher_links needs data.spm_sampling_alpha=0 and "
+                        "data.pack_length=0 (the links are mapped onto each pair's one "
+                        "segmentation, one pair per row)")
+    if config.train.align_agreement and not config.model.alignment_reverse:
+        raise UserError("train.align_agreement needs model.alignment_reverse=True (the "
+                        "agreement is between the head and its reverse twin)")
+    if config.model.alignment_jumps and data.pack_length:
+        raise UserError("model.alignment_jumps needs data.pack_length=0: its chain would run "
+                        "across the pairs packed into one row")
+    if config.model.share_embeddings and not data.joint_vocab:
+        raise UserError("model.share_embeddings needs one joint vocabulary (data.joint_vocab=True)")
+    # The model's own checks (sizes, divisibility, choices), before any file is written.
+    ModelConfig.from_config(config.model, src_vocab_size=data.vocab_size,
+                            tgt_vocab_size=data.vocab_size)
