@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One lent-GPU call that finishes what fits and hands the rest back to the CPU:
-#   bash results/multi30k_gpu/split_runs.sh PLAN TRAIN_END_S EVAL_END_S
+#   bash scripts/split_runs.sh PLAN TRAIN_END_S EVAL_END_S
 # PLAN lines: NAME STOP CONFIG [--config.x=y ...] ('#' lines skipped). Each run trains in
 # runs/gpu/NAME (carry a resumed run's latest checkpoint there) up to train.num_steps=STOP,
 # all runs at once, SIGTERM (which saves) at TRAIN_END_S seconds after the start.

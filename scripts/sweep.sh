@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU sweep driver: bash .gpu/sweep.sh PLAN TRAIN_TIMEOUT_S DEADLINE_S (evals stop at T0+DEADLINE_S)
+# GPU sweep driver: bash scripts/sweep.sh PLAN TRAIN_TIMEOUT_S DEADLINE_S (evals stop at T0+DEADLINE_S)
 # PLAN lines: NAME CONFIG [--config.x=y ...]; '#' lines are skipped.
 set -u
 PLAN=$1; TRAIN_T=$2; EVAL_T=${3:-200}
