@@ -38,7 +38,6 @@ Reliability:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging as std_logging
 import math
 import sys
@@ -46,7 +45,6 @@ import time
 from pathlib import Path
 
 import jax
-import numpy as np
 from absl import flags, logging
 from ml_collections import config_flags
 from tqdm import tqdm
@@ -70,16 +68,25 @@ from evaluation.seeds import seed_workdir, seed_workdirs
 from training import checkpoint as ckpt
 from training.compilation import CompileTimer, enable_compilation_cache
 from training.distributed import initialize_distributed, make_mesh, shard_batch
+from training.hooks import (
+    BudgetClock,
+    Hook,
+    MetricsLogger,
+    Saver,
+    Tick,
+    check_finite,
+    run_hooks,
+    step_cap_warning,
+)
 from training.loop import (
     LoopState,
     StopRequest,
     check_resume_inputs,
     expected_last_step,
     finished_reason,
-    itstime,
 )
 from training.metrics_log import MetricsLog
-from training.schedules import budget_decay, learning_rate_schedule
+from training.schedules import learning_rate_schedule
 from training.step import create_train_state, make_eval_step, make_train_step
 
 
@@ -197,11 +204,9 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
           f"{'resuming from step ' + str(step) if latest is not None else 'starting'} in {workdir}",
           file=sys.stderr)
 
-    # 3. The loop: one step, then whatever periodic work is due (`itstime`).
+    # 3. The loop: one step, then the periodic work due after it (training/hooks.py).
     train_step = make_train_step(graphdef, cfg.train)
     eval_step = make_eval_step(graphdef, cfg.train.label_smoothing)
-    schedule = learning_rate_schedule(cfg.train)
-    budget_schedule, warmup_end = cfg.train.schedule == "cosine_budget", max(1, cfg.train.warmup_steps)
     stop = StopRequest()
     batches = prefetch(pack_batches(batcher.iterate(loop.epoch, loop.batch_index),
                                     cfg.data.pack_length, math.lcm(8, mesh.size)))
@@ -209,98 +214,56 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     progress = tqdm(total=cfg.train.num_steps, initial=step, dynamic_ncols=True,
                     disable=jax.process_index() != 0, desc=f"train{budget}", mininterval=5)
     first_step, step_cap_warned = step, False
-    pending, window_start, window_tokens, window_wait = [], time.time(), 0, 0.0
     session_start, trained_before = time.time(), loop.train_seconds
     compile_timer = CompileTimer().start()  # XLA compilation (or cache loads) of this run
 
-    def check_finite() -> None:
-        """Before any host sync: a non-finite step stops the run without saving."""
-        bad = int(state["nonfinite_step"])
-        if bad >= 0:
-            manager.wait_until_finished()
-            good = manager.latest_step()
-            kept = f"last good checkpoint: step {good}" if good is not None else "no checkpoint yet"
-            raise UserError(f"non-finite loss or gradient at step {bad + 1}; stopped without "
-                            f"saving ({kept}); lower train.learning_rate and resume with "
-                            "--allow_config_change=train.learning_rate, or use a new --workdir")
+    def validation(tick: Tick) -> None:
+        check_finite(tick.state, manager)
+        tick.bleu = validate(cfg, graphdef, tick.state["params"], eval_step, tokenizer, valid,
+                             tick.step, log, workdir)
+        if tick.bleu > loop.best_bleu:
+            loop.best_bleu, loop.best_step, loop.bad_evals = tick.bleu, tick.step, 0
+        else:
+            loop.bad_evals += 1
+        progress.write(f"step {tick.step}: valid BLEU {tick.bleu:.2f} (best {loop.best_bleu:.2f} "
+                       f"at step {loop.best_step})")
 
+    def train_seconds() -> float:
+        return trained_before + time.time() - session_start
+
+    clock = BudgetClock(cfg.train, loop)
+    logger = MetricsLogger(log, learning_rate_schedule(cfg.train), clock, manager, progress,
+                           lambda: compile_timer.seconds)
+    saver = Saver(manager, loop, lambda at: finished_reason(at, loop, cfg.train), train_seconds)
+    hooks = [Hook("budget", 1, clock),  # first: the factor the step just trained with
+             Hook("log", cfg.train.log_every_steps, logger),
+             Hook("validate", cfg.eval.every_steps, validation, at_end=Tick.ends_unsignalled),
+             Hook("checkpoint", cfg.checkpoint.every_steps, saver, also=saver.also_due)]
     try:
         while step < cfg.train.num_steps:
             waiting = time.perf_counter()
             epoch, index, batch = next(batches)
-            window_wait += time.perf_counter() - waiting  # the input pipeline fell behind
-            window_tokens += batch.pop("num_tokens")
-            lr_scale = None
-            if budget_schedule:  # the cosine over the time left (training/step.py)
-                lr_scale = np.float32(budget_decay(loop.train_seconds, loop.decay_start_seconds,
-                                                   60 * cfg.train.max_minutes))
-            state, metrics = train_step(state, shard_batch(batch, mesh), lr_scale)
+            input_wait = time.perf_counter() - waiting
+            tokens = batch.pop("num_tokens")
+            state, metrics = train_step(state, shard_batch(batch, mesh), clock.factor())
             step += 1
             loop.epoch, loop.batch_index = epoch, index + 1  # where to resume
-            pending.append(metrics)
-            loop.train_seconds = trained_before + time.time() - session_start
-            if budget_schedule and loop.decay_start_seconds < 0 and step >= warmup_end:
-                loop.decay_start_seconds = loop.train_seconds
+            loop.train_seconds = train_seconds()
+            logger.add(metrics, tokens, input_wait, epoch)
             progress.total = expected_last_step(  # under a time budget: the step it ends at
                 step, cfg.train.num_steps, cfg.train.max_minutes, loop.train_seconds,
                 (time.time() - session_start) / (step - first_step))
-            if budget_schedule and not step_cap_warned and progress.total >= cfg.train.num_steps:
+            if not step_cap_warned and (warning := step_cap_warning(cfg.train, progress.total)):
                 step_cap_warned = True  # the step cap, not the clock, will end this run
-                progress.write(f"warning: train.num_steps ({cfg.train.num_steps}) ends this run "
-                               f"before its {cfg.train.max_minutes:g}-minute budget, with the "
-                               "cosine_budget learning rate not yet decayed; raise it to let "
-                               "the clock end the run", file=sys.stderr)
+                progress.write(warning, file=sys.stderr)
             progress.update(1)
-            # Before this step's validation: train.num_steps or the time budget.
+            # Known before this step's validation: train.num_steps, the budget, a signal.
             final = bool(finished_reason(step, loop, cfg.train)) or bool(stop.signum)
-
-            if itstime(step, cfg.train.log_every_steps, final):
-                check_finite()
-                sums = jax.device_get(pending)
-                tokens = max(sum(m["tokens"] for m in sums), 1.0)
-                loss = sum(m["loss_sum"] for m in sums) / tokens
-                window = max(time.time() - window_start, 1e-9)
-                # The alignment head's loss and R-Drop's KL, per token, when the run has them.
-                extra = {name: float(sum(m[f"{name}_sum"] for m in sums) / tokens)
-                         for name in ("align_nll", "align_agreement", "align_student",
-                                     "rdrop_kl")
-                         if f"{name}_sum" in sums[-1]}
-                log.write(step, "train", loss=float(loss), **extra,
-                          learning_rate=float(schedule(step - 1))
-                          * (1.0 if lr_scale is None else float(lr_scale)),
-                          tokens_per_sec=window_tokens / window,
-                          grad_norm=float(sums[-1]["grad_norm"]), epoch=epoch,
-                          compile_seconds=compile_timer.seconds,
-                          input_wait_fraction=window_wait / window)
-                progress.set_postfix(loss=f"{loss:.3f}", tok_s=f"{window_tokens / window:.0f}")
-                pending, window_start, window_tokens, window_wait = [], time.time(), 0, 0.0
-
-            bleu = None
-            if itstime(step, cfg.eval.every_steps, final and not stop.signum):
-                check_finite()
-                bleu = validate(cfg, graphdef, state["params"], eval_step, tokenizer, valid, step,
-                                log, workdir)
-                if bleu > loop.best_bleu:
-                    loop.best_bleu, loop.best_step, loop.bad_evals = bleu, step, 0
-                else:
-                    loop.bad_evals += 1
-                progress.write(f"step {step}: valid BLEU {bleu:.2f} (best {loop.best_bleu:.2f} "
-                               f"at step {loop.best_step})")
-            why = finished_reason(step, loop, cfg.train)  # after it: patience too
-
-            # One reading of the signal for the save and the break: a signal that arrives
-            # while this step is logged or evaluated (host syncs, most of a step's wall
-            # time) still saves it before the loop stops.
-            stopping = bool(stop.signum)
-            if (itstime(step, cfg.checkpoint.every_steps, final or bool(why) or stopping)
-                    or bleu is not None):
-                check_finite()
-                loop.train_seconds = trained_before + time.time() - session_start
-                ckpt.save(manager, step, state, dataclasses.asdict(loop), bleu)
-
-            if stopping:
+            tick = Tick(step, state, final, stop)
+            run_hooks(hooks, tick)
+            if tick.stopping:
                 break
-            if why:
+            if why := finished_reason(step, loop, cfg.train):  # after validation: patience too
                 if step < cfg.train.num_steps:
                     progress.write(f"stopping at step {step}: {why}")
                 break

@@ -1,0 +1,203 @@
+"""Periodic work of the training loop as hooks, each registered with its period, so the
+loop itself is a few lines (levanter's habit):
+
+    hooks = [Hook("log", cfg.train.log_every_steps, logger),
+             Hook("validate", cfg.eval.every_steps, validator, at_end=Tick.ends_unsignalled),
+             Hook("checkpoint", cfg.checkpoint.every_steps, saver, also=saver.also_due)]
+    while ...:
+        state, metrics = train_step(state, batch)
+        run_hooks(hooks, Tick(step, state, final=..., stop=stop))
+
+After every step each hook in turn asks the one predicate of every periodic action,
+`itstime(step, every, at_end(tick))` (training/loop.py), or its own `also(tick)` (the
+checkpoint after a validation, say); the hooks run in the order they are listed, and
+see what the earlier ones of that step left on the tick (a validation's BLEU).
+
+The hooks of train.py live here (`MetricsLogger`, `BudgetClock`, `Saver`) but for its
+validation, which comes from evaluation/ (training does not import it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+from common.errors import UserError
+from training import checkpoint as ckpt
+from training.loop import LoopState, StopRequest, itstime
+from training.metrics_log import MetricsLog
+from training.schedules import budget_decay
+
+
+@dataclasses.dataclass
+class Tick:
+    """What the hooks of one step see.
+
+    step: the step just trained (1 after the first); state: the train state after it;
+    final: the run ends after this step (train.num_steps, the time budget or a signal, as
+    known when the step ended); signalled: a signal had arrived by then; bleu: set by
+    the validation hook when it ran at this step.
+    """
+
+    step: int
+    state: dict
+    final: bool
+    stop: StopRequest
+    signalled: bool = False
+    bleu: float | None = None
+    _stopping: bool | None = None
+
+    def __post_init__(self) -> None:
+        self.signalled = bool(self.stop.signum)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a signal asks the loop to stop after this step, read once (when first
+        asked: by the checkpoint, after the validation) so that the save and the loop's
+        break agree: a signal that arrives while the step is logged or validated (most of
+        a step's wall time when it has a host sync) is still saved before the loop stops."""
+        if self._stopping is None:
+            self._stopping = bool(self.stop.signum)
+        return self._stopping
+
+    @staticmethod
+    def ends(tick: Tick) -> bool:
+        return tick.final
+
+    @staticmethod
+    def ends_unsignalled(tick: Tick) -> bool:
+        """The run's last step, unless a signal ends it (then no validation: exit soon)."""
+        return tick.final and not tick.signalled
+
+
+@dataclasses.dataclass(frozen=True)
+class Hook:
+    """Periodic work: `run(tick)` after the steps `itstime(step, every, at_end(tick))`
+    names (every `every` steps, 0 = never, and at the end), or when `also(tick)` holds."""
+
+    name: str
+    every: int
+    run: Callable[[Tick], None]
+    at_end: Callable[[Tick], bool] = Tick.ends
+    also: Callable[[Tick], bool] = lambda tick: False
+
+
+def run_hooks(hooks: list[Hook], tick: Tick) -> None:
+    """Run, in order, the hooks due after `tick.step`."""
+    for hook in hooks:
+        if itstime(tick.step, hook.every, hook.at_end(tick)) or hook.also(tick):
+            hook.run(tick)
+
+
+def check_finite(state: dict, manager) -> None:
+    """Before any host sync: a non-finite step stops the run without saving (the jitted
+    step kept the last finite parameters and recorded the step in "nonfinite_step")."""
+    bad = int(state["nonfinite_step"])
+    if bad >= 0:
+        manager.wait_until_finished()
+        good = manager.latest_step()
+        kept = f"last good checkpoint: step {good}" if good is not None else "no checkpoint yet"
+        raise UserError(f"non-finite loss or gradient at step {bad + 1}; stopped without "
+                        f"saving ({kept}); lower train.learning_rate and resume with "
+                        "--allow_config_change=train.learning_rate, or use a new --workdir")
+
+
+class MetricsLogger:
+    """The "log" hook: the train event of metrics.jsonl / TensorBoard over the steps since
+    the last one. `add` keeps each step's device metrics without syncing; the hook fetches
+    them all at once."""
+
+    def __init__(self, log: MetricsLog, schedule, clock: BudgetClock, manager, progress,
+                 compile_seconds: Callable[[], float]):
+        self.log, self.schedule, self.clock, self.manager = log, schedule, clock, manager
+        self.progress, self.compile_seconds = progress, compile_seconds
+        self.epoch = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.pending, self.start, self.tokens, self.wait = [], time.time(), 0, 0.0
+
+    def add(self, metrics: dict, tokens: int, input_wait: float, epoch: int) -> None:
+        """One step's metrics (device arrays), its target tokens and the seconds the loop
+        waited for its batch (the input pipeline fell behind)."""
+        self.pending.append(metrics)
+        self.tokens += tokens
+        self.wait += input_wait
+        self.epoch = epoch
+
+    def __call__(self, tick: Tick) -> None:
+        check_finite(tick.state, self.manager)
+        sums = jax.device_get(self.pending)
+        tokens = max(sum(m["tokens"] for m in sums), 1.0)
+        loss = sum(m["loss_sum"] for m in sums) / tokens
+        window = max(time.time() - self.start, 1e-9)
+        # Auxiliary terms per token (R-Drop's KL, a plug-in's losses), when the run has them.
+        extra = {key[: -len("_sum")]: float(sum(m[key] for m in sums) / tokens)
+                 for key in sums[-1] if key.endswith("_sum")
+                 and key not in ("loss_sum", "nll_sum")}
+        self.log.write(tick.step, "train", loss=float(loss), **extra,
+                       learning_rate=float(self.schedule(tick.step - 1)) * self.clock.used,
+                       tokens_per_sec=self.tokens / window, grad_norm=float(sums[-1]["grad_norm"]),
+                       epoch=self.epoch, compile_seconds=self.compile_seconds(),
+                       input_wait_fraction=self.wait / window)
+        self.progress.set_postfix(loss=f"{loss:.3f}", tok_s=f"{self.tokens / window:.0f}")
+        self._reset()
+
+
+class BudgetClock:
+    """`train.schedule = "cosine_budget"`: `factor()`, asked before each step, is that
+    step's factor on the learning rate (`budget_decay` of the training time so far; None
+    for the other schedules, so the step multiplies nothing); the hook, after each step,
+    notes when warmup ended, from which the cosine runs."""
+
+    def __init__(self, cfg_train, loop: LoopState):
+        self.enabled = cfg_train.schedule == "cosine_budget"
+        self.loop, self.budget_seconds = loop, 60 * cfg_train.max_minutes
+        self.warmup_end = max(1, cfg_train.warmup_steps)
+        self.used = 1.0  # the factor the last step trained with (for its log)
+
+    def factor(self) -> np.float32 | None:
+        if not self.enabled:
+            return None
+        scale = np.float32(budget_decay(self.loop.train_seconds, self.loop.decay_start_seconds,
+                                        self.budget_seconds))
+        self.used = float(scale)
+        return scale
+
+    def __call__(self, tick: Tick) -> None:
+        if self.enabled and self.loop.decay_start_seconds < 0 and tick.step >= self.warmup_end:
+            self.loop.decay_start_seconds = self.loop.train_seconds
+
+
+class Saver:
+    """The "checkpoint" hook: saves every `checkpoint.every_steps`, at the end, when the
+    run finishes early (the time budget, patience), when a signal asks to stop, and after
+    every validation (whose BLEU ranks the best checkpoint)."""
+
+    def __init__(self, manager, loop: LoopState, finished: Callable[[int], str],
+                 train_seconds: Callable[[], float]):
+        self.manager, self.loop, self.finished, self.train_seconds = (manager, loop, finished,
+                                                                      train_seconds)
+
+    def also_due(self, tick: Tick) -> bool:
+        return tick.stopping or bool(self.finished(tick.step)) or tick.bleu is not None
+
+    def __call__(self, tick: Tick) -> None:
+        check_finite(tick.state, self.manager)
+        self.loop.train_seconds = self.train_seconds()
+        ckpt.save(self.manager, tick.step, tick.state, dataclasses.asdict(self.loop), tick.bleu)
+
+
+def step_cap_warning(cfg_train, expected_last: int) -> str:
+    """The warning for a "cosine_budget" run whose train.num_steps will end it before its
+    time budget ("" when the clock ends it)."""
+    if cfg_train.schedule != "cosine_budget" or expected_last < cfg_train.num_steps:
+        return ""
+    return (f"warning: train.num_steps ({cfg_train.num_steps}) ends this run before its "
+            f"{cfg_train.max_minutes:g}-minute budget, with the cosine_budget learning rate "
+            "not yet decayed; raise it to let the clock end the run")
+
