@@ -145,6 +145,9 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
         if checkpoint_dir.is_dir() else None
     latest = reader.latest_step() if reader is not None else None
     if latest is not None:
+        if ckpt.EXPORT_KEY in ckpt.restore_meta(reader, latest):
+            raise UserError(f"{workdir} holds an exported model (parameters alone, for "
+                            "inference: scripts/export_pretrained.py); train in a new --workdir")
         check_resume_config(load_config_json(workdir), cfg, str(workdir), allow_config_change)
     # The training split streams (never whole in memory) into the data cache; a warm
     # start reads its fingerprint from there and maps the encoded ids (data/cache.py).

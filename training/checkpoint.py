@@ -35,6 +35,8 @@ from orbax.checkpoint import checkpoint_managers as cm
 from common.errors import UserError
 
 CHECKSUM_KEY = "state_crc32"
+# In the meta of an exported checkpoint (`export`): the dtype its parameters are stored in.
+EXPORT_KEY = "exported_params_dtype"
 
 
 def make_manager(directory: Path, keep: int, *, read_only: bool = False) -> ocp.CheckpointManager:
@@ -135,11 +137,21 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict) -> 
     """Restore (state, meta) of `step` into the structure/shardings of `abstract_state`.
 
     Raises UserError naming the step directory if the checkpoint is truncated, corrupted
-    (CRC mismatch) or does not fit `abstract_state`. Checkpoints written before the train
-    state held plain dicts (each parameter and Adam moment an nnx Variable, its array under
-    "value") are read too.
+    (CRC mismatch) or does not fit `abstract_state`. An exported checkpoint (`export`)
+    gives {"step", "params"} alone, cast to the dtypes of `abstract_state`. Checkpoints
+    written before the train state held plain dicts (each parameter and Adam moment an
+    nnx Variable, its array under "value") are read too.
     """
     _ignore_abandoned_reads()
+    try:
+        exported = restore_meta(manager, step).get(EXPORT_KEY)
+    except UserError:  # damaged: the full restore below says how
+        exported = None
+    abstract_params = abstract_state["params"]
+    if exported:  # `export`: the parameters alone, stored in another dtype
+        abstract_state = {"step": abstract_state["step"], "params": jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, exported, sharding=a.sharding),
+            abstract_state["params"])}
     try:
         restored = _restore_items(manager, step, abstract_state)
     except Exception as err:  # orbax raises many types for damaged files
@@ -156,6 +168,9 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict) -> 
     if expected is not None and state_checksum(state) != expected:
         raise _damaged(manager, step, "is corrupted: its arrays do not match the CRC-32 saved "
                                       "with them")
+    if exported:  # back to the dtypes the model computes in
+        state = {**state, "params": jax.tree.map(lambda x, a: x.astype(a.dtype), state["params"],
+                                                 abstract_params)}
     return state, meta
 
 
@@ -217,3 +232,16 @@ def average_params(param_trees: list) -> object:
         total = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), total, tree)
     n = float(len(param_trees))
     return jax.tree.map(lambda a, ref: (a / n).astype(ref.dtype), total, param_trees[0])
+
+
+def export(directory: Path, step: int, params, meta: dict, dtype: str = "float16") -> None:
+    """Writes `params` alone, cast to `dtype`, as checkpoint `step` in a new checkpoint
+    folder `directory`: a model for inference (float16 halves a float32 model's bytes and
+    drops the optimizer state, a sixth of a train checkpoint) that evaluate.py and the
+    attention commands load as any checkpoint (`restore`); train.py does not resume it."""
+    manager = make_manager(directory, keep=1)
+    state = {"step": jnp.asarray(step, jnp.int32),
+             "params": jax.tree.map(lambda x: jnp.asarray(x).astype(dtype), params)}
+    save(manager, step, state, {**meta, EXPORT_KEY: dtype})
+    manager.wait_until_finished()
+    manager.close()
