@@ -1,5 +1,5 @@
-"""The READMEs name files of the repository (result JSONs, configs, bench scripts): each
-one they name must exist, so a renamed or moved result cannot leave a dead reference."""
+"""The READMEs and docs/ name files of the repository (result JSONs, configs, bench scripts):
+each one they name must exist, so a renamed or moved result cannot leave a dead reference."""
 
 import re
 from pathlib import Path
@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("results", "configs", "bench", "data", "models", "attention", "tests", "docs")
+FOLDERS = ("results", "configs", "bench", "data", "models", "attention", "tests", "docs",
+           "common", "training", "evaluation", "alignment", "analysis", "scripts")
+DOCUMENTS = ["README.md", "bench/README.md", "scripts/README.md",
+             *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 # A path starts at one of the repository's folders (not inside a longer path) and runs
 # to its last word character; what follows tells a pattern (`seed<k>.json`, `{a,b}`).
 PATH = re.compile(r"(?<![\w/.-])((?:" + "|".join(FOLDERS) + r")/[\w./-]*\w)(.?)")
@@ -38,7 +41,7 @@ def test_named_paths_reads_patterns_and_plain_paths():
                                                               False)]
 
 
-@pytest.mark.parametrize("document", ["README.md", "bench/README.md"])
+@pytest.mark.parametrize("document", DOCUMENTS)
 def test_every_named_path_exists(document):
     paths = named_paths((ROOT / document).read_text(encoding="utf-8"))
     assert paths, f"{document} names no repository path: the pattern no longer matches"
