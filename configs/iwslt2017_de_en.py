@@ -3,6 +3,9 @@
 `datasets` >= 4 no longer runs the dataset's loading script, so this reads the
 hub's automatic Parquet export of it (revision "refs/convert/parquet"). Its
 `translation` column ({"de": ..., "en": ...}) is what data/corpora.py expects.
+
+Expected result and cost: not measured here (no network). It trains a 6+6-layer,
+d_model 512 model for 50,000 updates of 8,192 tokens: a GPU recipe.
 """
 
 import ml_collections

@@ -1,19 +1,12 @@
-"""Multi30k German->English, the README default: the best recipe found
-(README, "Multi30k: the selected recipes").
+"""Multi30k German->English, the README default.
 
-Transformer-tiny (4+4 layers, d_model 128, 4 heads, d_ff 256) with heavy dropout (0.3),
-a joint SentencePiece BPE vocabulary of 10,000, lr 0.005 after 2,000 warmup steps,
-4,096 tokens per batch, 8,000 updates, a checkpoint every 100 steps (about an epoch)
-of which `evaluate.py --average_last 10` averages the last ten, beam 5 with length
-penalty 1.25 (1.0 / 1.25 / 1.5 / 2.0 read 43.20 / 43.32 / 43.29 / 41.03 lc-tok on
-validation, mean of seeds 1-3). Chosen on the validation set among the variants in
-README "Results";
-about 5 minutes on one GPU, about 2 hours on a 2-core CPU (configs/multi30k_de_en_cpu.py
-is the 60-minute CPU recipe).
+Transformer-tiny (4+4 layers, d_model 128, 4 heads, d_ff 256), dropout 0.3, a joint
+SentencePiece BPE vocabulary of 10,000, lr 0.005 after 2,000 warmup steps, 4,096 tokens
+per batch, 8,000 updates, a checkpoint every 100 steps; read with the last 10 averaged,
+beam 5, length penalty 1.25. How it was chosen: docs/results.md.
 
-Expected (seeds 1-3, 2-core CPU, 2026-11-25/26; README "Seeds and the ensemble"):
-test_2016_flickr 42.78 +- 0.20 cased / 43.11 +- 0.23 lc-tok BLEU / chrF 62.24, valid
-42.90 / 43.32; the three as an ensemble 43.92 / 44.27 on test (valid 43.82 / 44.25).
+Expected: test_2016_flickr 42.8 cased / 43.1 lc-tok BLEU (mean of 3 seeds; README table).
+Cost: about 2 hours on a 2-core CPU, minutes on one GPU.
 
     python train.py --config configs/multi30k_de_en.py --workdir runs/de_en
     python evaluate.py --workdir runs/de_en --split test --average_last 10 --checkpoint last

@@ -1,10 +1,9 @@
 """Multi30k English->German: the de->en recipe with the direction swapped and a joint
-SentencePiece unigram vocabulary of 8,000 (better than BPE 10,000 on validation here).
+SentencePiece unigram vocabulary of 8,000 (chosen on validation: docs/results.md).
 
-Expected (seeds 0-2, a 2-core CPU, seed 2's first 7,000 steps on an H100, 2026-11-26;
-README "En->De seeds"): test_2016_flickr 40.16 +- 0.21 cased / 40.52 +- 0.21 lc-tok BLEU /
-chrF 64.49 (last-10 average, beam 5, length penalty 1.25), valid 40.66 / 40.80; the three
-as an ensemble 40.89 / 41.19. About 1 h 45 min a seed on a 2-core CPU, minutes on one GPU.
+Expected: test_2016_flickr 40.2 cased / 40.5 lc-tok BLEU (mean of 3 seeds, last-10
+average, beam 5, length penalty 1.25; README table). Cost: about 1 h 45 min a seed on a
+2-core CPU, minutes on one GPU.
 
     python train.py --config configs/multi30k_en_de.py --workdir runs/en_de
 """

@@ -1,11 +1,10 @@
 """Multi30k English->French: the de->en recipe (Transformer-tiny, dropout 0.3, lr 0.005,
-8,000 updates) with a joint SentencePiece unigram vocabulary of 8,000 (on par with BPE
-10,000 on validation here).
+8,000 updates) with a joint SentencePiece unigram vocabulary of 8,000 and length penalty
+1.0 (chosen on validation: docs/results.md).
 
-Expected (seeds 0-2, 7,000 steps on an H100 then 1,000 on a 2-core CPU, 2026-11-26;
-README "En->Fr seeds"): test_2016_flickr 59.94 +- 0.24 cased / 60.97 +- 0.27 lc-tok BLEU /
-chrF 75.59 (last-10 average, beam 5, length penalty 1.0), valid 58.06 / 59.17; the three
-as an ensemble 60.86 / 61.88. About 2 hours a seed on a 2-core CPU, minutes on one GPU.
+Expected: test_2016_flickr 59.9 cased / 61.0 lc-tok BLEU (mean of 3 seeds, last-10
+average, beam 5; README table). Cost: about 2 hours a seed on a 2-core CPU, minutes on one
+GPU.
 
     python train.py --config configs/multi30k_en_fr.py --workdir runs/en_fr
 """

@@ -2,6 +2,8 @@
 
 Used by the end-to-end tests. It learns next to nothing; it only exercises
 training, evaluation, checkpointing, resume and attention-map saving.
+
+Expected: nothing worth reading. Cost: 40 steps, seconds on a CPU.
 """
 
 import ml_collections
