@@ -47,3 +47,32 @@ def test_every_named_path_exists(document):
     assert paths, f"{document} names no repository path: the pattern no longer matches"
     missing = sorted({path for path, prefix in paths if not exists(path, prefix)})
     assert not missing, f"{document} names paths that do not exist: {missing}"
+
+
+LINK = re.compile(r"\]\(([^)\s]+?\.md|)(?:#([^)\s]+))?\)")
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lowercased, punctuation dropped, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_every_markdown_link_resolves(document):
+    """Links between the documents (`[x](docs/results.md#seeds)`) reach a file and heading."""
+    source = ROOT / document
+    broken = []
+    for target, anchor in LINK.findall(source.read_text(encoding="utf-8")):
+        path = (source.parent / target).resolve() if target else source
+        if not path.is_file():
+            broken.append(target)
+        elif anchor:
+            headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
+            if anchor not in {github_anchor(h) for h in headings}:
+                broken.append(f"{target}#{anchor}")
+    assert not broken, f"{document} links to what does not exist: {broken}"
+
+
+def test_github_anchor():
+    assert github_anchor("The CPU-budget recipe (60 minutes, 2-core CPU)") == \
+        "the-cpu-budget-recipe-60-minutes-2-core-cpu"
