@@ -31,6 +31,7 @@ PROGRAM = """
 from ml_collections import config_flags
 from common import cli
 from common.errors import UserError
+from configs import resolved
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
 
