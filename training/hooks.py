@@ -20,10 +20,12 @@ validation, which comes from evaluation/ (training does not import it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from common.errors import UserError
@@ -106,10 +108,16 @@ def check_finite(state: dict, manager) -> None:
                         "--allow_config_change=train.learning_rate, or use a new --workdir")
 
 
+@functools.partial(jax.jit, donate_argnums=0)
+def _accumulate(total: dict, metrics: dict) -> dict:
+    return jax.tree.map(jnp.add, total, metrics)
+
+
 class MetricsLogger:
     """The "log" hook: the train event of metrics.jsonl / TensorBoard over the steps since
-    the last one. `add` keeps each step's device metrics without syncing; the hook fetches
-    them all at once."""
+    the last one. `add` sums each step's metrics on the device (one small dispatch, no
+    sync); the hook fetches the sums once: fetching every step's scalars one by one cost
+    the host more than a micro model's step (bench/host_overhead.py)."""
 
     def __init__(self, log: MetricsLog, schedule, clock: BudgetClock, manager, progress,
                  compile_seconds: Callable[[], float]):
@@ -119,29 +127,32 @@ class MetricsLogger:
         self._reset()
 
     def _reset(self) -> None:
-        self.pending, self.start, self.tokens, self.wait = [], time.time(), 0, 0.0
+        self.sums, self.grad_norm, self.start, self.tokens, self.wait = (None, None, time.time(),
+                                                                         0, 0.0)
 
     def add(self, metrics: dict, tokens: int, input_wait: float, epoch: int) -> None:
-        """One step's metrics (device arrays), its target tokens and the seconds the loop
-        waited for its batch (the input pipeline fell behind)."""
-        self.pending.append(metrics)
+        """One step's metrics (device scalars: sums over its tokens, and its grad_norm),
+        its target tokens and the seconds the loop waited for its batch (the input
+        pipeline fell behind)."""
+        step_sums = {k: v for k, v in metrics.items() if k != "grad_norm"}
+        self.sums = step_sums if self.sums is None else _accumulate(self.sums, step_sums)
+        self.grad_norm = metrics["grad_norm"]  # the last step's
         self.tokens += tokens
         self.wait += input_wait
         self.epoch = epoch
 
     def __call__(self, tick: Tick) -> None:
         check_finite(tick.state, self.manager)
-        sums = jax.device_get(self.pending)
-        tokens = max(sum(m["tokens"] for m in sums), 1.0)
-        loss = sum(m["loss_sum"] for m in sums) / tokens
+        sums, grad_norm = jax.device_get((self.sums, self.grad_norm))
+        tokens = max(float(sums["tokens"]), 1.0)
+        loss = float(sums["loss_sum"]) / tokens
         window = max(time.time() - self.start, 1e-9)
         # Auxiliary terms per token (R-Drop's KL, a plug-in's losses), when the run has them.
-        extra = {key[: -len("_sum")]: float(sum(m[key] for m in sums) / tokens)
-                 for key in sums[-1] if key.endswith("_sum")
-                 and key not in ("loss_sum", "nll_sum")}
-        self.log.write(tick.step, "train", loss=float(loss), **extra,
+        extra = {key[: -len("_sum")]: float(value) / tokens for key, value in sums.items()
+                 if key.endswith("_sum") and key not in ("loss_sum", "nll_sum")}
+        self.log.write(tick.step, "train", loss=loss, **extra,
                        learning_rate=float(self.schedule(tick.step - 1)) * self.clock.used,
-                       tokens_per_sec=self.tokens / window, grad_norm=float(sums[-1]["grad_norm"]),
+                       tokens_per_sec=self.tokens / window, grad_norm=float(grad_norm),
                        epoch=self.epoch, compile_seconds=self.compile_seconds(),
                        input_wait_fraction=self.wait / window)
         self.progress.set_postfix(loss=f"{loss:.3f}", tok_s=f"{self.tokens / window:.0f}")
