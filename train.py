@@ -57,7 +57,7 @@ from configs.resolved import CONFIG_JSON, load_config_json, write_config_json
 from configs.resume import check_resume_config
 from configs.validation import validate_config
 from data.batching import TrainBatcher, prefetch
-from data.cache import DataCache, file_sha256
+from data.cache import DataCache
 from data.corpora import load_corpus
 from data.packing import pack_batches
 from data.sampling import SampledEpochs
@@ -86,45 +86,9 @@ from training.loop import (
     finished_reason,
 )
 from training.metrics_log import MetricsLog
+from training.plugins import active_plugins, locked_keys
 from training.schedules import learning_rate_schedule
 from training.step import create_train_state, make_eval_step, make_train_step
-
-
-def read_teacher_links(path: str, pairs: int) -> tuple[list, str]:
-    """data.teacher_links, read and checked against the training text's `pairs` (before
-    anything is written): (each pair's word links, the file's SHA-256, kept in the
-    checkpoint so a resume cannot switch teachers). UserError for a file that does not
-    align the text line by line."""
-    from alignment.links import read_pharaoh
-
-    if not Path(path).is_file():
-        raise UserError(f"data.teacher_links: {path} is not a file (make it with python -m "
-                        "attention.teacher_links, alignment/teacher_links.py)")
-    try:
-        links, sha256 = read_pharaoh(path), file_sha256(path)
-    except (OSError, ValueError) as e:
-        raise UserError(f"data.teacher_links: {e}") from None
-    if len(links) != pairs:
-        raise UserError(f"data.teacher_links: {path} has {len(links)} lines, the training text "
-                        f"{pairs} pairs")
-    return links, sha256
-
-
-def teacher_piece_links(links: list, tokenizer, src_ids, tgt_ids, dropped: int):
-    """The word links of `read_teacher_links` mapped onto the training rows' pieces
-    (alignment/teacher_links.py)."""
-    from alignment.teacher_links import piece_links, piece_word_index
-
-    if dropped:
-        raise UserError(f"data.teacher_links: {dropped} training pairs were dropped as too long, "
-                        "so the links no longer match the rows; raise data.max_length")
-
-    def opens(pieces_of, size: int):
-        return piece_word_index(pieces_of(list(range(size))))
-
-    return piece_links(src_ids, tgt_ids, links,
-                       opens(tokenizer.source_pieces, tokenizer.source_vocab_size),
-                       opens(tokenizer.target_pieces, tokenizer.target_vocab_size))
 
 
 def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()) -> int:
@@ -135,6 +99,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     """
     workdir = Path(workdir)
     validate_config(cfg)
+    plugins = active_plugins(cfg)  # word alignment, say (training/plugins.py); checks them
     enable_compilation_cache()
     initialize_distributed()  # a multi-process launch (training/step.py)
 
@@ -148,35 +113,37 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
         if ckpt.EXPORT_KEY in ckpt.restore_meta(reader, latest):
             raise UserError(f"{workdir} holds an exported model (parameters alone, for "
                             "inference: scripts/export_pretrained.py); train in a new --workdir")
-        check_resume_config(load_config_json(workdir), cfg, str(workdir), allow_config_change)
+        saved = load_config_json(workdir)
+        check_resume_config(saved, cfg, str(workdir), allow_config_change,
+                            locked=locked_keys(saved, cfg))
     # The training split streams (never whole in memory) into the data cache; a warm
     # start reads its fingerprint from there and maps the encoded ids (data/cache.py).
     source = training_source(cfg.data)
     cache = DataCache(cfg.data.cache_dir)
     corpus = cache.scan(source)
     valid = load_corpus(cfg.data, "valid")
-    word_links, links_sha256 = read_teacher_links(cfg.data.teacher_links, corpus.pairs) \
-        if cfg.data.teacher_links else (None, "")
+    fingerprints = {name: sha256 for plugin in plugins
+                    for name, sha256 in plugin.read_inputs(corpus.pairs).items()}
     if latest is not None:
         check_resume_inputs(LoopState.from_meta(ckpt.restore_meta(reader, latest)), latest,
-                            workdir, corpus.data_sha256, links_sha256)
+                            workdir, corpus.data_sha256, fingerprints)
 
     # 2. The data checks passed: the tokenizer and the encoded data are written (or read).
     tokenizer = cache.tokenizer(workdir / "tokenizer", cfg.data, source, corpus)
     src_ids, tgt_ids, dropped = cache.encoded(source, corpus, tokenizer, workdir / "tokenizer",
                                               cfg.data.max_length, cfg.data.long_pairs)
     mesh = make_mesh()
-    links = teacher_piece_links(word_links, tokenizer, src_ids, tgt_ids, dropped) \
-        if word_links is not None else None
+    fields = {name: field for plugin in plugins
+              for name, field in plugin.batch_fields(tokenizer, src_ids, tgt_ids, dropped).items()}
     # Subword regularisation draws each epoch's segmentation afresh (data/sampling.py).
     batcher = (SampledEpochs(source, tokenizer, cfg.data, batch_tokens=cfg.train.batch_tokens,
                              batch_multiple=mesh.size, seed=cfg.train.seed)
                if cfg.data.spm_sampling_alpha else
                TrainBatcher(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.data.max_length,
                             bucket_step=cfg.data.bucket_step, batch_multiple=mesh.size,
-                            seed=cfg.train.seed, links=links))
+                            seed=cfg.train.seed, fields=fields))
     graphdef, state = create_train_state(cfg, tokenizer.source_vocab_size,
-                                         tokenizer.target_vocab_size, mesh)
+                                         tokenizer.target_vocab_size, mesh, plugins)
     loop = LoopState()
     if latest is not None:
         state, meta = ckpt.restore(reader, latest, ckpt.abstract_of(state))
@@ -185,7 +152,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
         reader.close()
     loop.data_sha256 = corpus.data_sha256
     loop.tokenizer_sha256 = tokenizer_fingerprint(workdir / "tokenizer")
-    loop.teacher_links_sha256 = links_sha256
+    loop.fingerprints = fingerprints
     step = int(state["step"])
 
     manager = ckpt.make_manager(checkpoint_dir, cfg.checkpoint.keep)  # drops half-written saves
@@ -208,7 +175,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
           file=sys.stderr)
 
     # 3. The loop: one step, then the periodic work due after it (training/hooks.py).
-    train_step = make_train_step(graphdef, cfg.train)
+    train_step = make_train_step(graphdef, cfg.train, plugins=plugins)
     eval_step = make_eval_step(graphdef, cfg.train.label_smoothing)
     stop = StopRequest()
     batches = prefetch(pack_batches(batcher.iterate(loop.epoch, loop.batch_index),

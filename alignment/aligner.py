@@ -31,6 +31,7 @@ from alignment.settings import RESULT_FILE, SETTING_KEYS, stored_settings
 from common.errors import UserError
 from common.files import prepare_output_folder, write_atomic
 from configs import resolved
+from configs.alignment_group import GROUP
 
 DEV_SENTENCES = 100  # the protocol: every setting is chosen on the first 100 gold pairs
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
@@ -67,7 +68,8 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
     if s["layer"] is None:  # the recipe's reading: heads and the student they were taught
         # beside (by an outside aligner's links), else the heads' joint reading, the head,
         # the penultimate layer
-        taught = rec.cfg.data.get("teacher_links") and HEADS_AND_STUDENT_LAYER in rec.head_layers
+        taught = (rec.cfg.get(GROUP, {}).get("teacher_links")
+                  and HEADS_AND_STUDENT_LAYER in rec.head_layers)
         s["layer"] = (HEADS_AND_STUDENT_LAYER if taught else
                       JOINT_HEADS_LAYER if JOINT_HEADS_LAYER in rec.head_layers else
                       HEAD_LAYER if rec.has_head else max(rec.num_layers - 2, 0))
@@ -125,9 +127,9 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
     method = symmetrize_with or stored_method or (SYMMETRIZE[0] if explicit_rev else "none")
     own_reverse = bool(reverse_workdir) and (Path(reverse_workdir).resolve()
                                              == Path(workdir).resolve())
-    if own_reverse and not resolved.load_config_json(workdir).model.get("alignment_reverse"):
+    if own_reverse and not resolved.load_config_json(workdir).get(GROUP, {}).get("reverse"):
         raise UserError(f"--reverse_workdir {reverse_workdir} is the run itself, which has no "
-                        "reverse head (model.alignment_reverse): give a run of the other "
+                        "reverse head (alignment.reverse): give a run of the other "
                         "direction")
     if method != "none" and reverse_workdir and not own_reverse:  # before any forced decoding
         langs = resolved.load_config_json(workdir).data

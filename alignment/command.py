@@ -21,18 +21,18 @@ How links are read (`alignment.links.links_from_rows`): the cross-attention of
 decoder layer `--layer` (or the mean of all), averaged over `--heads`; the row where a
 target piece is predicted, or with `--shift` where it is the decoder input (Chen et al.
 2020); argmax, or every source piece with a weight >= `--threshold`. A model trained
-with `model.alignment_head` (alignment/head.py) also offers `--layer alignment`:
+with the `alignment` config group (alignment/head.py) also offers `--layer alignment`:
 its posterior p(source piece | x, y), which sees the target piece itself (no shift
-applies): the mixture's, or with `model.alignment_jumps` the HMM's forward-backward
+applies): the mixture's, or with `alignment.jumps` the HMM's forward-backward
 marginals, which see the whole target; it is the default for such a model.
 `--prior_weight W` (0 to 1, default 1) raises the head's prior attention (its
 transitions) to W in that posterior: 0 reads the lexical table alone (IBM model 1's
 reading), for a prior that has not learned where to look yet
 (`alignment.forced.head_posterior`).
-A run with the reverse twin (`model.alignment_reverse`) also offers `--layer
+A run with the reverse twin (`alignment.reverse`) also offers `--layer
 alignment_reverse` and `--layer alignment_joint`: the geometric mean of the two heads'
 posteriors, a link where both directions agree (Liang et al. 2006's posterior decoding;
-`alignment.forced.joint_posterior`). A run with `model.alignment_student` also
+`alignment.forced.joint_posterior`). A run with `alignment.student` also
 offers `--layer alignment_student` and `--layer alignment_student_joint`: the
 context-aware layer taught by the two heads or by an outside aligner's links
 (alignment/student.py), its scores normalised over the source pieces, or the
@@ -191,8 +191,6 @@ def main(argv: list[str]) -> None:
         raise UserError(f"--prior_weight must be in [0, 1], got {f.prior_weight:g}")
     if f.batch_size < 1:
         raise UserError(f"--batch_size must be at least 1, got {f.batch_size}")
-    if f.plot:
-        prepare_output_folder(Path(f.plot).parent)  # fail before the work
     given = {"checkpoint": f.checkpoint, "shift": f.shift, "words": f.words,
              "layer": None if f.layer is None else parse_layer(f.layer),
              "heads": None if f.heads is None else parse_heads(f.heads),
@@ -207,6 +205,8 @@ def main(argv: list[str]) -> None:
     enable_compilation_cache()
     if f.plot and not 0 <= f.plot_pair < len(sources):
         raise UserError(f"--plot_pair {f.plot_pair}: the input has pairs 0..{len(sources) - 1}")
+    if f.plot:  # fail before the work, but after every check of the input: none leaves it
+        prepare_output_folder(Path(f.plot).parent)
     options = dict(reverse_workdir=f.reverse_workdir, dev_sentences=f.dev_sentences,
                    batch_size=f.batch_size, keep_recorded=bool(f.plot), **given)
     if f.select:

@@ -56,7 +56,7 @@ class HeadTerms(NamedTuple):
 
     log_prior: np.ndarray  # float32 [n + 1, m + 1]: log a(i | x, y_<j)
     log_lexical: np.ndarray  # float32 [n + 1, m + 1]: log t(y_j | x_i)
-    transition_bias: np.ndarray | None  # float32 [m + 2, m + 1] with alignment_jumps
+    transition_bias: np.ndarray | None  # float32 [m + 2, m + 1] with alignment.jumps
 
 
 @functools.cache
@@ -88,9 +88,9 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
     Returns (per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
     y_0..y_{n-1}), source column (m pieces, then </s>); per unit `HeadTerms`, or None
     without a head; per unit the reverse head's `HeadTerms` with rows and columns swapped
-    ([m + 1, n + 1], bias [n + 2, n + 1]), or None without model.alignment_reverse; per
+    ([m + 1, n + 1], bias [n + 2, n + 1]), or None without alignment.reverse; per
     unit the student's two posteriors (float32 [n + 1, m + 1] over source pieces, [m + 1,
-    n + 1] over target pieces), or None without model.alignment_student).
+    n + 1] over target pieces), or None without alignment.student).
     Units go in batches of similar length, padded to a multiple of
     PAD_MULTIPLE, at most `limit` (padding is masked: the rows of the real tokens are the
     same).
@@ -101,7 +101,7 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
     from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
     graphdef, state = nnx.split(model)
-    with_head = model.alignment_head is not None
+    with_head = getattr(model, "alignment_head", None) is not None  # an AlignmentTransformer
     with_reverse = getattr(model, "alignment_reverse", None) is not None
     with_student = getattr(model, "alignment_student", None) is not None
     atts: list = [None] * len(units)
@@ -202,7 +202,7 @@ class Recorded:
     `layers` lists what `links` can read: each decoder layer's index, "mean" (of the
     layers), HEAD_LAYER when the model has an alignment head, and REVERSE_HEAD_LAYER and
     JOINT_HEADS_LAYER (the two heads' `joint_posterior`) when it also has the reverse one
-    (model.alignment_reverse), STUDENT_LAYERS with model.alignment_student.
+    (alignment.reverse), STUDENT_LAYERS with alignment.student.
     """
 
     def __init__(self, workdir: str | Path, checkpoint: str, sources: Sequence[str],
@@ -245,11 +245,11 @@ class Recorded:
             return layer
         if layer in HEAD_LAYERS:
             if layer not in self.head_layers:
-                flag = ("alignment_head" if not self.has_head else "alignment_student"
-                        if layer in (*STUDENT_LAYERS, HEADS_AND_STUDENT_LAYER)
-                        else "alignment_reverse")
-                raise UserError(f"--layer {layer}: {self.workdir} has no {layer} head "
-                                f"(model.{flag} is off)")
+                off = ("no alignment config group" if not self.has_head else
+                       "alignment.student off"
+                       if layer in (*STUDENT_LAYERS, HEADS_AND_STUDENT_LAYER)
+                       else "alignment.reverse off")
+                raise UserError(f"--layer {layer}: {self.workdir} has no {layer} head ({off})")
             return layer
         if not -self.num_layers <= int(layer) < self.num_layers:
             raise UserError(f"--layer {layer}: {self.workdir} has decoder layers "

@@ -18,7 +18,7 @@ alignment layers of Zenkel et al. 2020 / Chen et al. 2020):
     earned by what the source piece itself translates to, as in IBM models. The source
     `</s>` plays IBM's NULL word.
 
-With `model.alignment_jumps` the prior also depends on where the previous target piece
+With `alignment.jumps` the prior also depends on where the previous target piece
 went, as in the HMM aligners (Vogel et al. 1996; eflomal's second stage): the source
 position of y_j is a hidden Markov chain with transitions
 
@@ -31,9 +31,9 @@ chain leaves NULL by the prior alone). Its likelihood is the forward algorithm
 model 1's 55.6 AER to 38.3 on the RWTH German-English gold set (eflomal -m 1 vs -m 2 on
 the same text, 2026-11-25); the mixture's prior alone gains ~1.5.
 
-With `model.alignment_attention_prior=False` the chain has no prior attention: its
+With `alignment.attention_prior=False` the chain has no prior attention: its
 transitions are softmax_i(jump(i - i')), a classical HMM aligner whose lexical table is
-neural. With `model.alignment_reverse` a second head of this class (`reverse=True`)
+neural. With `alignment.reverse` a second head of this class (`reverse=True`)
 models the other direction in the same run, p(x_i | y, x_<i): rows are source pieces,
 states target positions (the target `</s>` its NULL), jump biases alone, a lexical table
 t(x_i | y_j) over the source vocabulary read from the target piece's embedding; the two
@@ -71,17 +71,21 @@ class AlignmentHead(nnx.Module):
     Args:
       config: the model config; the head has d_model-sized projections, a d_ff hidden
         layer for the lexical features and its own [tgt_vocab, d_model] output table.
-      reverse: the head of the other direction (model.alignment_reverse): its lexical
+      reverse: the head of the other direction (alignment.reverse): its lexical
         table t(x_i | y_j) reads target pieces and scores source ones ([src_vocab,
         d_model] output table), and it has no prior attention (jump biases alone).
+      jumps: the prior an HMM over source positions (alignment.jumps: jump biases).
+      attention_prior: the prior attention from the decoder state in it
+        (alignment.attention_prior).
     """
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, reverse: bool = False):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, reverse: bool = False,
+                 jumps: bool = False, attention_prior: bool = True):
         d = config.d_model
         kw = dict(param_dtype=jnp.dtype(config.param_dtype), rngs=rngs)
-        # The prior attention (None with alignment_attention_prior=False: a uniform prior,
+        # The prior attention (None with attention_prior=False: a uniform prior,
         # the jump biases alone moving the chain, as in the classical HMM aligners).
-        attention = config.alignment_attention_prior and not reverse
+        attention = attention_prior and not reverse
         vocab_size = config.src_vocab_size if reverse else config.tgt_vocab_size
         self.query_norm = nnx.LayerNorm(d, epsilon=1e-6, **kw) if attention else None
         self.query = nnx.Linear(d, d, **kw) if attention else None
@@ -96,9 +100,9 @@ class AlignmentHead(nnx.Module):
         # The HMM's transition biases: one per jump width, and one for a jump to NULL
         # (zeros: the chain starts as the mixture, whose prior ignores the last link).
         self.jump = nnx.Param(jnp.zeros((2 * MAX_JUMP + 1,), jnp.dtype(config.param_dtype))) \
-            if config.alignment_jumps else None
+            if jumps else None
         self.null_jump = nnx.Param(jnp.zeros((), jnp.dtype(config.param_dtype))) \
-            if config.alignment_jumps else None
+            if jumps else None
 
     def log_terms(self, decoder_states: jnp.ndarray, memory: jnp.ndarray,
                   source_embeddings: jnp.ndarray, targets: jnp.ndarray,
@@ -262,7 +266,7 @@ def agreed_pair(terms: dict, src: jnp.ndarray, tgt_out: jnp.ndarray,
     head's, [B, S, T]), constants. One forward-backward pass of each chain.
 
     terms: the forward pass's "alignment_*" and "alignment_reverse_*" terms
-    (`Transformer.forward_with_alignment`); src: int [B, S]; tgt_out: int [B, T] (no
+    (`AlignmentTransformer.forward_with_alignment`, alignment/plugin.py); src: int [B, S]; tgt_out: int [B, T] (no
     packing: the chains need one pair per row)."""
     from data.tokenizer import EOS_ID, PAD_ID
 

@@ -51,11 +51,11 @@ from common.files import require_file
 # The `layer` that reads a model's alignment head (alignment/head.py) instead of
 # its cross-attention (alignment/forced.py, alignment/command.py).
 HEAD_LAYER = "alignment"
-# ... and the one that reads its reverse head (model.alignment_reverse): target -> source.
+# ... and the one that reads its reverse head (alignment.reverse): target -> source.
 REVERSE_HEAD_LAYER = "alignment_reverse"
 # ... and the one that reads the two heads' agreement: their posteriors' geometric mean.
 JOINT_HEADS_LAYER = "alignment_joint"
-# ... and the two that read the alignment student (model.alignment_student, taught by the
+# ... and the two that read the alignment student (alignment.student, taught by the
 # heads or by an outside aligner's links): its rows, and the geometric mean of its rows and
 # columns. No prior to weigh.
 STUDENT_LAYER = "alignment_student"

@@ -1,5 +1,5 @@
 """An alignment layer that reads the translation model's context, taught by the two
-alignment heads or by an outside aligner's links (model.alignment_student).
+alignment heads or by an outside aligner's links (alignment.student).
 
 The heads of alignment/head.py are statistical aligners with neural parts: their
 lexical tables see one source piece's embedding, IBM model 1's view, so a link is earned
@@ -36,10 +36,10 @@ Its score for target piece y_j and source piece i adds three things:
 (A first version, the attention alone with y_{j+1}'s embedding but not y_j's, stayed
 14 AER behind its teachers at 1,000 steps: docs/alignment.md.) Its inputs are
 stop-gradient, like the heads', and its gradients are clipped apart from theirs and
-translation's (training/step.py `clip_apart`), so translation and the heads train
-exactly as without it.
+translation's (`AlignmentPlugin.param_groups`, alignment/plugin.py), so translation and
+the heads train exactly as without it.
 
-With data.teacher_links the teacher is an outside aligner's word links instead (eflomal's,
+With alignment.teacher_links the teacher is an outside aligner's word links instead (eflomal's,
 symmetrised, as Garg et al. taught GIZA++'s; alignment/teacher_links.py makes them):
 `link_teachers` turns each batch's piece links into the two readings' targets.
 
@@ -151,7 +151,7 @@ def student_cross_entropy(log_student: jnp.ndarray, teacher: jnp.ndarray,
 
 def link_teachers(links: jnp.ndarray, src: jnp.ndarray,
                   tgt_out: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """An outside aligner's piece links as the student's two teachers (data.teacher_links):
+    """An outside aligner's piece links as the student's two teachers (alignment.teacher_links):
     (forward, float32 [B, T, S]; reverse, float32 [B, S, T]). Each real target piece's row
     spreads evenly over the real source pieces it is linked with or, linked with none,
     puts all its mass on the source `</s>`, the NULL word; the reverse rows the same over

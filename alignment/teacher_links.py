@@ -16,7 +16,7 @@ One Pharaoh line per training pair, `i-j` between the pair's whitespace words (S
 text that repeats the pairs to align scores worse: docs/alignment.md), each side
 Moses-tokenized and lowercased as the aligners' evaluations do, and the links of the
 Moses tokens are folded back onto the whitespace words that hold them. Training with
-`--config.data.teacher_links=runs/align_data/train.links` maps them onto each row's
+`--config.alignment.teacher_links=runs/align_data/train.links` maps them onto each row's
 pieces (`piece_links`): target piece j and source piece i are linked when their words
 are.
 """
@@ -33,6 +33,7 @@ import numpy as np
 from alignment.links import WORD_START, Link, format_pharaoh, read_pharaoh, symmetrize
 from common.errors import UserError
 from data.batching import TokenArray
+from data.cache import file_sha256
 
 
 def moses_lowercase(lines: Sequence[str], lang: str) -> list[str]:
@@ -128,6 +129,54 @@ def piece_links(source_ids: TokenArray, target_ids: TokenArray, links: Sequence[
         pairs = np.argwhere(linked[tgt_words][:, src_words])  # [K, 2]: (piece j, piece i)
         rows.append(pairs.reshape(-1))
     return TokenArray.from_lists(rows)
+
+
+def read_teacher_links(path: str, pairs: int) -> tuple[list, str]:
+    """alignment.teacher_links, read and checked against the training text's `pairs` (before
+    anything is written): (each pair's word links, the file's SHA-256, kept in the
+    checkpoint so a resume cannot switch teachers). UserError for a file that does not
+    align the text line by line."""
+    if not Path(path).is_file():
+        raise UserError(f"alignment.teacher_links: {path} is not a file (make it with python -m "
+                        "attention.teacher_links, alignment/teacher_links.py)")
+    try:
+        links, sha256 = read_pharaoh(path), file_sha256(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"alignment.teacher_links: {e}") from None
+    if len(links) != pairs:
+        raise UserError(f"alignment.teacher_links: {path} has {len(links)} lines, the training "
+                        f"text {pairs} pairs")
+    return links, sha256
+
+
+def teacher_piece_links(links: list, tokenizer, source_ids: TokenArray, target_ids: TokenArray,
+                        dropped: int) -> TokenArray:
+    """The word links of `read_teacher_links` mapped onto the training rows' pieces
+    (`piece_links`); the rows must be the text's pairs, none `dropped`."""
+    if dropped:
+        raise UserError(f"alignment.teacher_links: {dropped} training pairs were dropped as too "
+                        "long, so the links no longer match the rows; raise data.max_length")
+
+    def opens(pieces_of, size: int):
+        return piece_word_index(pieces_of(list(range(size))))
+
+    return piece_links(source_ids, target_ids, links,
+                       opens(tokenizer.source_pieces, tokenizer.source_vocab_size),
+                       opens(tokenizer.target_pieces, tokenizer.target_vocab_size))
+
+
+def links_field(links: TokenArray):
+    """The batch field of the rows' piece links (`piece_links`): fields(rows, B, L) ->
+    uint8 [B, L, L], 1 where target piece j and source piece i of a row are linked
+    (data/batching.py TrainBatcher `fields`; the student's teacher, "teacher_links")."""
+    def field(rows: np.ndarray, batch_size: int, length: int) -> np.ndarray:
+        teacher = np.zeros((batch_size, length, length), np.uint8)
+        for r, i in enumerate(rows):
+            entry = links[i]
+            teacher[r, entry[0::2], entry[1::2]] = 1
+        return teacher
+
+    return field
 
 
 def define_flags() -> None:

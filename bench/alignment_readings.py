@@ -8,8 +8,8 @@ Each checkpoint is forced-decoded once and read seven fixed ways (`READINGS`, th
 columns of docs/alignment.md's tables); the figures are AER on *all* gold pairs. This is
 exploration, not the protocol: the settings are fixed in advance, nothing is chosen on
 these figures (`python -m attention.align --select` chooses on the first 100 pairs).
-Runs need both heads (model.alignment_reverse) for the reverse and joint columns and
-model.alignment_student for the student's; a missing head's columns read "-".
+Runs need both heads (alignment.reverse) for the reverse and joint columns and
+alignment.student for the student's; a missing head's columns read "-".
 """
 
 from __future__ import annotations

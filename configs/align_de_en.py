@@ -48,8 +48,9 @@ Without a `--select` of its own (no gold links to choose on), the command reads 
 heads' and the student's joint posteriors the way the German-English runs selected
 (`alignment.aligner.JOINT_READING`).
 
-The model is the CPU recipe's (configs/multi30k_de_en_cpu.py: 4+4 layers, d_model 128)
-with room for Europarl-length sentences (the gold pairs have up to 40 words, ~70
+The model is the CPU recipe's (configs/multi30k_de_en_cpu.py: 4+4 layers, d_model 128,
+dropout 0.2; its settings stated here over configs/multi30k_de_en.py's, a step budget in
+place of its time budget) with room for Europarl-length sentences (the gold pairs have up to 40 words, ~70
 pieces a side): max_length 160, learned nothing position-specific (sinusoidal), an
 8,000-piece vocabulary that case-folds (`data.spm_normalization = "nmt_nfkc_cf"`: the
 aligners' lowercasing, done by the tokenizer, so `attention.align` takes text as it is), plus
@@ -60,10 +61,10 @@ worse than the jumps alone at every step measured -- and its twin of the other d
 (t(x | y), an HMM over target positions), both on stop-gradient inputs and clipped apart
 from translation, so the translation model trains as without them; their transitions
 ramp in over the first 500 steps (IBM model 1 first), and from then on their lexical
-tables are trained to agree (`train.align_agreement`, Liang et al. 2006). Beside them an
+tables are trained to agree (`alignment.agreement`, Liang et al. 2006). Beside them an
 alignment layer that reads the translation model's states and the heads' lexical tables
 (alignment/student.py) is taught eflomal's symmetrised links of the same text
-(`data.teacher_links`, Garg et al. 2019's supervision; alignment/teacher_links.py), and
+(`alignment.teacher_links`, Garg et al. 2019's supervision; alignment/teacher_links.py), and
 the links are read from the mean of the heads' and the student's joint posteriors. About
 1.7-2.2 s per step alone on the 2-core development machine (2026-11-25/26; the heads
 cost ~60% of that; agreement and the student little); the same command resumes across
@@ -83,14 +84,11 @@ import re
 
 import ml_collections
 
-from configs import multi30k_de_en_cpu
+from configs import alignment_group, multi30k_de_en
+from configs.base import MULTI30K_LANGS
 
 DATA = "runs/align_data"  # German-English; another pair's files go to DATA + "_<a>-<b>"
-MULTI30K = "data/multi30k"
-# Validation on Multi30k's when it has both sides. data.corpora.MULTI30K_LANGS, repeated:
-# configs may not import data (tests/test_layering.py); tests/test_configs.py keeps
-# the two equal.
-MULTI30K_LANGS = ("de", "en", "fr")
+MULTI30K = "data/multi30k"  # validation on Multi30k's when it has both sides
 
 
 def data_folder(source: str, target: str) -> str:
@@ -109,7 +107,7 @@ def get_config(direction: str = "de-en") -> ml_collections.ConfigDict:
                          f"got {direction!r}")
     source, target = direction.split("-")
     data = data_folder(source, target)
-    config = multi30k_de_en_cpu.get_config()
+    config = multi30k_de_en.get_config()  # its Transformer-tiny (4+4 layers, d_model 128)
     config.data.dataset = "text"
     config.data.source_lang, config.data.target_lang = source, target
     config.data.train_source, config.data.train_target = (f"{data}/train.{source}",
@@ -124,19 +122,27 @@ def get_config(direction: str = "de-en") -> ml_collections.ConfigDict:
     config.data.max_length = 160
     config.data.vocab_size = 8000
     config.data.spm_normalization = "nmt_nfkc_cf"  # lowercase, as statistical aligners train
-    config.data.teacher_links = f"{data}/train.links"  # eflomal's, teaching the student
-    config.model.alignment_head = True  # the posterior aligner (alignment/head.py) ...
-    config.model.alignment_jumps = True  # ... an HMM (jump-width biases) ...
-    config.model.alignment_attention_prior = False  # ... moved by those alone ...
-    config.model.alignment_reverse = True  # ... with its twin of the other direction
-    config.model.alignment_student = True  # ... and a layer taught eflomal's links
-    config.train.align_prior_ramp_steps = 500  # IBM model 1 first, the jumps ramped in
-    config.train.align_agreement = 1.0  # ... then the two heads trained to agree ...
-    config.train.align_agreement_start = 500  # ... on HMM posteriors: from the ramp's end
-    config.train.max_minutes = 0.0  # a step budget, resumable across sessions ...
-    config.train.schedule = "inverse_sqrt"  # ... so not the CPU recipe's time-budget cosine
+    config.data.spm_model_type = "unigram"
+    config.data.bucket_step = 8  # the finer buckets: less padding, which costs on a CPU
+    config.model.dropout = 0.2
+    # The posterior aligner (alignment/head.py, configs/alignment_group.py) ...
+    config.alignment = alignment = alignment_group.get_group()
+    alignment.jumps = True  # ... an HMM (jump-width biases) ...
+    alignment.attention_prior = False  # ... moved by those alone ...
+    alignment.reverse = True  # ... with its twin of the other direction
+    alignment.student = True  # ... and a layer taught eflomal's links
+    alignment.teacher_links = f"{data}/train.links"
+    alignment.prior_ramp_steps = 500  # IBM model 1 first, the jumps ramped in
+    alignment.agreement = 1.0  # ... then the two heads trained to agree ...
+    alignment.agreement_start = 500  # ... on HMM posteriors: from the ramp's end
+    # A step budget, resumable across sessions (no time-budget cosine), with the CPU
+    # recipe's (configs/multi30k_de_en_cpu.py) learning rate and warmup.
     config.train.num_steps = 8000
+    config.train.learning_rate = 3e-3
+    config.train.warmup_steps = 1000
     config.eval.every_steps = 1000
+    config.eval.beam_size = 1
+    config.eval.length_penalty = 1.0
     config.checkpoint.every_steps = 250  # a session cut off loses little
     config.checkpoint.keep = 3
     return config

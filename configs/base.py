@@ -1,5 +1,8 @@
 """Defaults shared by every experiment; each experiment file starts from here.
 
+A recipe may add a plug-in's group beside these (training/plugins.py: a group whose
+`plugin` key names the module that trains it); the base config has none.
+
 Every field has a fixed type (ml_collections checks overrides against it), so
 unset strings are "" and "off" numbers are 0, never None.
 
@@ -11,6 +14,8 @@ import ml_collections
 
 # data.dataset values; each has a loader in data/corpora.py.
 DATASETS = ("multi30k", "tatoeba", "text", "hf")
+# The languages of the vendored Multi30k (data/multi30k/), data.source_lang / target_lang.
+MULTI30K_LANGS = ("de", "en", "fr")
 # SentencePiece normalisation rules offered (data.spm_normalization); the first is its default.
 NORMALIZATIONS = ("nmt_nfkc", "nmt_nfkc_cf")
 # train.schedule values (training/step.py); after a linear warmup in each case.
@@ -65,9 +70,6 @@ def get_config() -> ml_collections.ConfigDict:
     # when batches are not length-bucketed or the model is large (d_model 512: +10% on
     # Multi30k); the tiny models on bucketed Multi30k run faster without (bench/README.md).
     data.pack_length = 0
-    # The alignment student's teacher: an outside aligner's word links, one Pharaoh line per
-    # training pair (alignment/teacher_links.py makes them); "" = the run's own two heads.
-    data.teacher_links = ""
 
     config.model = model = ml_collections.ConfigDict()
     model.d_model = 256
@@ -86,11 +88,6 @@ def get_config() -> ml_collections.ConfigDict:
     model.param_dtype = "float32"
     model.attention_impl = "auto"
     model.embedding_grad = "auto"  # configs/model.py documents every model field
-    model.alignment_head = False  # word-alignment mixture (alignment/head.py)
-    model.alignment_jumps = False  # ... whose prior is an HMM over source positions
-    model.alignment_attention_prior = True  # ... with the decoder state's attention in it
-    model.alignment_reverse = False  # ... and a second head of the other direction
-    model.alignment_student = False  # ... and a context-aware layer the heads (or links) teach
 
     config.train = train = ml_collections.ConfigDict()
     train.num_steps = 20000
@@ -109,15 +106,6 @@ def get_config() -> ml_collections.ConfigDict:
     # R-Drop (Liang et al. 2021): weight of the symmetric KL between two dropout passes of
     # each batch (0 = off; their IWSLT De-En setting is 5). Doubles a step's compute.
     train.rdrop_alpha = 0.0
-    # An alignment head's prior weight ramps 0 -> 1 over these steps (0 = always 1): it
-    # trains as IBM model 1 first, as statistical aligners do (training/step.py).
-    train.align_prior_ramp_steps = 0
-    # With model.alignment_reverse: weight of the two heads' agreement term (Liang et al.
-    # 2006; alignment/head.py agreement_log_likelihood), 0 = off.
-    train.align_agreement = 0.0
-    # ... from this step on (0 = from the start; e.g. the end of the prior's ramp, so the
-    # heads agree on HMM posteriors rather than IBM model 1's).
-    train.align_agreement_start = 0
     train.log_every_steps = 50
     train.patience = 0  # stop after this many evals without a better BLEU (0 = off)
     train.max_minutes = 0.0  # stop after this much training time (0 = off)

@@ -48,23 +48,6 @@ class ModelConfig:
     # Gradient of the embedding tables: one-hot matmul or scatter-add; "auto" = one_hot on
     # GPU/TPU, scatter on CPU (models/layers.py embedding_lookup).
     embedding_grad: str = "auto"
-    # A word-alignment mixture trained beside translation on stop-gradient inputs
-    # (alignment/head.py); off, the model and its parameters are unchanged.
-    alignment_head: bool = False
-    # The head's prior as an HMM over source positions: learned jump-width biases
-    # (alignment/head.py); needs alignment_head.
-    alignment_jumps: bool = False
-    # False: the HMM's transitions are the jump biases alone (a classical HMM aligner with
-    # a neural lexical table); True adds the prior attention from the decoder state.
-    alignment_attention_prior: bool = True
-    # A second head of the other direction, target -> source: each source piece explained
-    # by the target's (an HMM over target positions moved by jump biases alone), so one
-    # run gives both directions to symmetrise; needs alignment_jumps.
-    alignment_reverse: bool = False
-    # An attention from each target piece, with its context, to the encoder's states,
-    # trained to reproduce the two heads' agreed posteriors (alignment/student.py);
-    # needs alignment_reverse.
-    alignment_student: bool = False
 
     @classmethod
     def from_config(cls, model: Mapping[str, Any], *, src_vocab_size: int,

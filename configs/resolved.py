@@ -10,6 +10,7 @@ from ml_collections import config_flags
 
 from common.errors import UserError
 from common.files import write_atomic
+from configs import alignment_group
 from configs.base import get_config
 from configs.validation import validate_config
 
@@ -58,7 +59,8 @@ def write_config_json(config: ml_collections.ConfigDict, workdir: str | Path) ->
 
 
 def load_config_json(workdir: str | Path) -> ml_collections.ConfigDict:
-    """Reads `<workdir>/config.json` back into a ConfigDict (tuples come back as lists).
+    """Reads `<workdir>/config.json` back into a ConfigDict (tuples come back as lists), in
+    today's layout (configs/alignment_group.py `upgrade_legacy`).
 
     Raises:
       UserError: the file is missing, not UTF-8, not valid JSON, or not a config
@@ -78,6 +80,8 @@ def load_config_json(workdir: str | Path) -> ml_collections.ConfigDict:
     if not isinstance(tree, dict):
         raise UserError(f"{path}: not a training config (a JSON {type(tree).__name__}, "
                         "expected an object)")
+    # Keys a newer layout keeps elsewhere, moved there: old runs read as today's.
+    tree = alignment_group.upgrade_legacy(tree)
     bad = [g for g in groups if (g in ("data", "model") or g in tree)
            and not isinstance(tree.get(g), dict)]
     if bad:

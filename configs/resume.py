@@ -36,12 +36,15 @@ CHANGEABLE_WITH_FLAG = ("data.data_dir", "data.hf_cache_dir", "data.pack_length"
 
 
 def check_resume_config(saved: ml_collections.ConfigDict, new: ml_collections.ConfigDict,
-                        workdir: str, allowed: Iterable[str] = ()) -> None:
+                        workdir: str, allowed: Iterable[str] = (),
+                        locked: Iterable[str] = ()) -> None:
     """Raises UserError when `new` may not continue the run saved with config `saved`.
 
-    allowed: keys given with --allow_config_change.
+    allowed: keys given with --allow_config_change; locked: more keys (or group prefixes
+    ending in ".") that never change, as LOCKED_ON_RESUME (a plug-in's,
+    training/plugins.py).
     """
-    allowed = tuple(allowed)
+    allowed, locked_keys = tuple(allowed), (*LOCKED_ON_RESUME, *locked)
     # A field added to configs/base.py after the run started is no change while it holds
     # its default (the default keeps what the code did before the field existed).
     saved_keys, defaults = flatten_config(saved), flatten_config(base.get_config())
@@ -49,7 +52,7 @@ def check_resume_config(saved: ml_collections.ConfigDict, new: ml_collections.Co
             if not k.startswith(SAFE_ON_RESUME)
             and not (k not in saved_keys and k in defaults and value == defaults[k])]
     locked = [d for d in diff
-              if d[0].startswith(LOCKED_ON_RESUME) and d[0] not in CHANGEABLE_WITH_FLAG]
+              if d[0].startswith(locked_keys) and d[0] not in CHANGEABLE_WITH_FLAG]
     unsafe = [d for d in diff if d not in locked and d[0] not in allowed]
 
     new_keys = flatten_config(new)

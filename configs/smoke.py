@@ -8,11 +8,13 @@ Expected: nothing worth reading. Cost: 40 steps, seconds on a CPU.
 
 import ml_collections
 
-from configs import base
+from configs import alignment_group, base
 
 
-def get_config() -> ml_collections.ConfigDict:
-    """Returns the smoke-test config."""
+def get_config(variant: str = "") -> ml_collections.ConfigDict:
+    """Returns the smoke-test config; `variant` "align" adds the alignment group."""
+    if variant not in ("", "align"):
+        raise ValueError(f"variant must be '' or 'align', got {variant!r}")
     config = base.get_config()
     config.data.dataset = "multi30k"
     config.data.source_lang = "de"
@@ -42,4 +44,6 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint.keep = 2
 
     config.attention_maps.num_examples = 1
+    if variant == "align":
+        config.alignment = alignment_group.get_group()
     return config

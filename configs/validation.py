@@ -27,9 +27,6 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                 "train.batch_tokens": (config.train.batch_tokens, 1),
                 "train.num_steps": (config.train.num_steps, 1),
                 "train.rdrop_alpha": (config.train.rdrop_alpha, 0),
-                "train.align_prior_ramp_steps": (config.train.align_prior_ramp_steps, 0),
-                "train.align_agreement": (config.train.align_agreement, 0),
-                "train.align_agreement_start": (config.train.align_agreement_start, 0),
                 "eval.beam_size": (config.eval.beam_size, 1),
                 "eval.batch_size": (config.eval.batch_size, 1),
                 "checkpoint.every_steps": (config.checkpoint.every_steps, 1)}
@@ -49,31 +46,6 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             not 2 <= data.spm_nbest_size <= 1024:
         raise UserError(f"data.spm_nbest_size must be 2 to 1024 with sampling on, got "
                         f"{data.spm_nbest_size}")
-    if config.model.alignment_jumps and not config.model.alignment_head:
-        raise UserError("model.alignment_jumps needs model.alignment_head=True")
-    if not config.model.alignment_attention_prior and not config.model.alignment_jumps:
-        raise UserError("model.alignment_attention_prior=False needs model.alignment_jumps=True "
-                        "(without either the head's prior is uniform: IBM model 1)")
-    if config.model.alignment_reverse and not config.model.alignment_jumps:
-        raise UserError("model.alignment_reverse needs model.alignment_jumps=True (the reverse "
-                        "head is an HMM moved by jump biases)")
-    if config.model.alignment_student and not config.model.alignment_reverse:
-        raise UserError("model.alignment_student needs model.alignment_reverse=True (it "
-                        "reads both heads' lexical tables, and without data.teacher_links "
-                        "they teach it)")
-    if data.teacher_links and not config.model.alignment_student:
-        raise UserError("data.teacher_links teaches the alignment student: set "
-                        "model.alignment_student=True")
-    if data.teacher_links and (data.spm_sampling_alpha or data.pack_length):
-        raise UserError("data.teacher_links needs data.spm_sampling_alpha=0 and "
-                        "data.pack_length=0 (the links are mapped onto each pair's one "
-                        "segmentation, one pair per row)")
-    if config.train.align_agreement and not config.model.alignment_reverse:
-        raise UserError("train.align_agreement needs model.alignment_reverse=True (the "
-                        "agreement is between the head and its reverse twin)")
-    if config.model.alignment_jumps and data.pack_length:
-        raise UserError("model.alignment_jumps needs data.pack_length=0: its chain would run "
-                        "across the pairs packed into one row")
     if config.model.share_embeddings and not data.joint_vocab:
         raise UserError("model.share_embeddings needs one joint vocabulary (data.joint_vocab=True)")
     # The model's own checks (sizes, divisibility, choices), before any file is written.

@@ -9,9 +9,8 @@ arrays, padded with pad_id = 0:
   tgt_out  int32 [B, T]  target ids + [eos]     (what the decoder predicts)
   num_tokens  int        non-pad tokens of tgt_out (a Python int: pop it before
                          handing the arrays to jit / device_put)
-  teacher_links  uint8 [B, L, L]  only from a TrainBatcher given `links`: 1 where
-                         target piece j and source piece i are linked (the alignment
-                         student's teacher, alignment/teacher_links.py)
+  ... and from a TrainBatcher given `fields`, one array per field (a training
+  plug-in's, training/plugins.py), [B, ...]
 
 Training batches: each pair goes to the bucket of
 L = max(len(src), len(tgt) + 1), rounded up to a boundary (multiples of
@@ -31,7 +30,7 @@ the batches an uninterrupted one would have.
 import math
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -133,7 +132,7 @@ class TrainBatcher:
     def __init__(self, source_ids: TokenArray | Sequence[Sequence[int]],
                  target_ids: TokenArray | Sequence[Sequence[int]], batch_tokens: int, max_length: int, *, bucket_step: int = 8,
                  boundaries: Sequence[int] | None = None, batch_multiple: int = 1,
-                 seed: int = 0, links: TokenArray | None = None):
+                 seed: int = 0, fields: Mapping[str, Callable] | None = None):
         """Assigns every pair to its bucket once (per epoch only indices move).
 
         Args:
@@ -148,9 +147,8 @@ class TrainBatcher:
           batch_multiple: B is a multiple of this (the number of data-parallel
             devices).
           seed: shuffling seed.
-          links: per pair, piece links [j0, i0, j1, i1, ...] (target piece j, source piece
-            i; alignment/teacher_links.py), given to the batches as "teacher_links",
-            uint8 [B, L, L] (1 where linked): the alignment student's teacher.
+          fields: more arrays per batch, {name: fields(rows, B, L) -> array [B, ...]},
+            rows the batch's pair indices (int [<= B]; its padding rows are B - len(rows)).
         Raises:
           UserError: empty input, a pair longer than the last boundary, or a
             budget too small to hold `batch_multiple` rows of some bucket.
@@ -159,10 +157,7 @@ class TrainBatcher:
             raise UserError(f"batching needs equal, non-zero numbers of sources and targets "
                             f"(got {len(source_ids)} and {len(target_ids)})")
         self.source_ids, self.target_ids = as_token_array(source_ids), as_token_array(target_ids)
-        if links is not None and len(links) != len(self.source_ids):
-            raise UserError(f"teacher links for {len(links)} pairs, but {len(self.source_ids)} "
-                            "training pairs")
-        self.links = links
+        self.fields = dict(fields or {})
         self.boundaries = sorted(boundaries) if boundaries else bucket_boundaries(
             max_length, bucket_step)
         self.seed = seed
@@ -214,12 +209,8 @@ class TrainBatcher:
         length, rows = self.epoch_plan(epoch)[index]
         batch = make_batch(self.source_ids, self.target_ids, rows, self.batch_sizes[length],
                            length, length)
-        if self.links is not None:
-            teacher = np.zeros((self.batch_sizes[length], length, length), np.uint8)
-            for r, i in enumerate(rows):
-                entry = self.links[i]
-                teacher[r, entry[0::2], entry[1::2]] = 1
-            batch["teacher_links"] = teacher
+        for name, field in self.fields.items():
+            batch[name] = field(rows, self.batch_sizes[length], length)
         return batch
 
     def position(self, step: int) -> tuple[int, int]:

@@ -36,11 +36,10 @@ import numpy as np
 
 from common.errors import UserError
 from common.files import require_file
-from configs.base import DATASETS
+from configs.base import DATASETS, MULTI30K_LANGS
 
 SPLITS = ("train", "valid", "test")
 MULTI30K_DIR = Path(__file__).parent / "multi30k"
-MULTI30K_LANGS = ("de", "en", "fr")
 # File prefix of each split in the Multi30k distribution.
 MULTI30K_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 # Split names used by Hugging Face datasets.

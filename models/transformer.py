@@ -7,6 +7,8 @@ Entry points:
   * `model(src, tgt_in)` -> logits, the teacher-forced training pass; with the
     `*_segments` / `*_positions` of data/packing.py it runs on packed rows, each
     pair attending only within itself;
+  * `features`, the same pass up to the decoder's final states (what a training
+    plug-in's loss reads, training/plugins.py);
   * `encode` / `decode` for the two halves;
   * `init_decode_state` + `decode_step` for cached token-by-token decoding (search.py).
 With `return_weights=True` each entry point also returns the attention weights keyed
@@ -27,12 +29,10 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from flax import nnx
 
-from alignment.head import AlignmentHead, head_log_likelihood
-from alignment.student import AlignmentStudent, log_posteriors
 from attention import CrossKV, KVCache, segment_mask
 from attention.dropout import dropout
 from configs.model import ModelConfig
-from data.tokenizer import EOS_ID, PAD_ID
+from data.tokenizer import PAD_ID
 from models.layers import DecoderLayer, Embeddings, EncoderLayer, layer_norm, split_rng
 
 
@@ -45,6 +45,19 @@ class DecodeState(NamedTuple):
 
     caches: tuple[KVCache, ...]
     cross: tuple[CrossKV, ...]
+
+
+class Features(NamedTuple):
+    """The teacher-forced pass before the output projection (`Transformer.features`).
+
+    memory: the encoder's output [B, S, D]; src_valid: bool [B, S]; states: the final
+    (normed) decoder states [B, T, D]; weights: as `__call__` returns them, or None.
+    """
+
+    memory: jnp.ndarray
+    src_valid: jnp.ndarray
+    states: jnp.ndarray
+    weights: dict | None
 
 
 def _stack(weights: list) -> jnp.ndarray | None:
@@ -82,14 +95,6 @@ class Transformer(nnx.Module):
         # Pre-LN stacks need a final norm; post-LN layers already end in one.
         self.encoder_norm = layer_norm(config, rngs) if config.pre_ln else None
         self.decoder_norm = layer_norm(config, rngs) if config.pre_ln else None
-        # The word-alignment mixture (alignment/head.py), trained beside translation.
-        self.alignment_head = AlignmentHead(config, rngs=rngs) if config.alignment_head else None
-        # ... and its twin of the other direction (target -> source), model.alignment_reverse.
-        self.alignment_reverse = (AlignmentHead(config, rngs=rngs, reverse=True)
-                                  if config.alignment_reverse else None)
-        # ... and the context-aware layer the two teach (alignment/student.py).
-        self.alignment_student = (AlignmentStudent(config, rngs=rngs)
-                                  if config.alignment_student else None)
 
     def encode(self, src: jnp.ndarray, *, segments=None, positions=None, dropout_rng=None,
                return_weights: bool = False, head_mask: dict | None = None):
@@ -172,84 +177,29 @@ class Transformer(nnx.Module):
         [B, T]. Returns (logits float32 [B, T, V], weights dict {"encoder_self",
         "decoder_self", "cross"} | None).
         """
+        out = self.features(src, tgt_in, src_segments=src_segments, tgt_segments=tgt_segments,
+                            src_positions=src_positions, tgt_positions=tgt_positions,
+                            dropout_rng=dropout_rng, return_weights=return_weights,
+                            head_mask=head_mask)
+        return self.target_embed.logits(out.states), out.weights
+
+    def features(self, src, tgt_in, *, src_segments=None, tgt_segments=None, src_positions=None,
+                 tgt_positions=None, dropout_rng=None, return_weights=False,
+                 head_mask=None) -> Features:
+        """`__call__` up to the final decoder states, with the encoder's output beside them:
+        what a plug-in's loss reads (training/plugins.py). Arguments as in `__call__`."""
         enc_rng, dec_rng = split_rng(dropout_rng, 2)
         memory, src_valid, enc_w = self.encode(src, segments=src_segments, positions=src_positions,
                                                dropout_rng=enc_rng, return_weights=return_weights,
                                                head_mask=head_mask)
-        logits, weights = self.decode(
+        states, weights = self.decoder_states(
             tgt_in, memory, src_valid, segments=tgt_segments, positions=tgt_positions,
             src_segments=src_segments, dropout_rng=dec_rng, return_weights=return_weights,
             head_mask=head_mask,
         )
         if return_weights:
             weights = {"encoder_self": enc_w, **weights}
-        return logits, weights
-
-    def forward_with_alignment(self, src, tgt_in, tgt_out, *, src_segments=None,
-                               tgt_segments=None, src_positions=None, tgt_positions=None,
-                               dropout_rng=None, return_weights: bool = False,
-                               prior_weight: float | jnp.ndarray = 1.0):
-        """The training pass plus the alignment head's likelihood (needs alignment_head).
-
-        src: int32 [B, S]; tgt_in, tgt_out: int32 [B, T] (decoder input and the pieces its
-        rows predict); packing arguments as in `__call__`; prior_weight as in
-        `alignment.head.head_log_likelihood` (1: the model's own). Returns (logits float32
-        [B, T, V], the head's log p(y_j | x, y_<j) float32 [B, T] (alignment/head.py;
-        rows past a target's end are to be weighted 0), with model.alignment_reverse the
-        reverse head's log p(x_i | y, x_<i) float32 [B, S] (rows past a source's end to be
-        weighted 0; else None), the weights of `__call__` with return_weights (else none)
-        plus the head's terms -- "alignment_log_prior" log a(i | x, y_<j) and
-        "alignment_log_lexical" log t(y_j | x_i), float32 [B, T, S] (NEG_INF where masked;
-        kept in logs, so a posterior that weights the prior differently is read without
-        underflow), with model.alignment_jumps "alignment_transition_bias" [B, S + 1, S]
-        (`AlignmentHead.transition_bias`), and the reverse head's the same with
-        "alignment_reverse_" names, rows and columns swapped ([B, S, T] and [B, T + 1, T];
-        the target's `</s>` its NULL word), and with model.alignment_student
-        "alignment_student_log_posterior" [B, T, S] and
-        "alignment_student_reverse_log_posterior" [B, S, T], its scores read both ways
-        (alignment/student.py)).
-        """
-        enc_rng, dec_rng = split_rng(dropout_rng, 2)
-        memory, src_valid, enc_w = self.encode(src, segments=src_segments,
-                                               positions=src_positions, dropout_rng=enc_rng,
-                                               return_weights=return_weights)
-        states, weights = self.decoder_states(tgt_in, memory, src_valid, segments=tgt_segments,
-                                              positions=tgt_positions, src_segments=src_segments,
-                                              dropout_rng=dec_rng, return_weights=return_weights)
-        if src_segments is None:
-            mask = jnp.broadcast_to(src_valid[:, None, :], (*tgt_in.shape, src.shape[1]))
-        else:
-            mask = segment_mask(tgt_segments, src_segments)[:, 0]
-        rows = self.source_embed.tokens.embedding[...][src] * self.source_embed.d_model**0.5
-        head = self.alignment_head
-        log_prior, log_lexical = head.log_terms(states, memory, rows, tgt_out, mask)
-        bias = head.transition_bias(src == EOS_ID)  # None for the mixture
-        log_likelihood = head_log_likelihood(log_prior, log_lexical, mask, bias, prior_weight)
-        terms = {"alignment_log_prior": log_prior, "alignment_log_lexical": log_lexical,
-                 **({} if bias is None else {"alignment_transition_bias": bias})}
-        reverse_log_likelihood = None
-        target_rows = (self.target_embed.tokens.embedding[...][tgt_out]
-                       * self.target_embed.d_model**0.5)
-        if self.alignment_reverse is not None:  # the same, target -> source
-            reverse = self.alignment_reverse
-            reverse_mask = jnp.broadcast_to((tgt_out != PAD_ID)[:, None, :],
-                                            (*src.shape, tgt_out.shape[1]))
-            r_prior, r_lexical = reverse.log_terms(None, None, target_rows, src, reverse_mask)
-            r_bias = reverse.transition_bias(tgt_out == EOS_ID)
-            reverse_log_likelihood = head_log_likelihood(r_prior, r_lexical, reverse_mask,
-                                                          r_bias, prior_weight)
-            terms.update(alignment_reverse_log_prior=r_prior,
-                         alignment_reverse_log_lexical=r_lexical,
-                         alignment_reverse_transition_bias=r_bias)
-        if self.alignment_student is not None:  # its scores read both ways
-            scores = self.alignment_student(states, target_rows, memory, rows, log_lexical,
-                                            terms["alignment_reverse_log_lexical"], src_valid,
-                                            tgt_out != PAD_ID)
-            forward, backward = log_posteriors(scores, src_valid, tgt_out != PAD_ID)
-            terms.update(alignment_student_log_posterior=forward,
-                         alignment_student_reverse_log_posterior=backward)
-        weights = {"encoder_self": enc_w, **weights, **terms} if return_weights else terms
-        return self.target_embed.logits(states), log_likelihood, reverse_log_likelihood, weights
+        return Features(memory, src_valid, states, weights)
 
     def init_decode_state(self, memory, src_valid, max_length: int) -> DecodeState:
         """Empty self-attention caches for `max_length` steps and the projected memory.

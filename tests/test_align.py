@@ -29,17 +29,15 @@ SCORE = r"precision: (\d+\.\d\d) recall: (\d+\.\d\d)"
 @pytest.fixture(scope="module")
 def reverse_workdir(tmp_path_factory) -> Path:
     """The smoke config trained en->de (40 steps, ~20 s) with an alignment head (its HMM
-    form, model.alignment_jumps), its reverse twin (model.alignment_reverse) and the
-    student they teach (model.alignment_student), so the tests read the cross-attention
+    form, alignment.jumps), its reverse twin (alignment.reverse) and the
+    student they teach (alignment.student), so the tests read the cross-attention
     (de->en), the head's and the student's posteriors (en->de) and the reverse head's
     (de->en, from the same run)."""
     workdir = tmp_path_factory.mktemp("smoke_en_de") / "run"
-    result = run_script("train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
-                        "--config.data.source_lang=en", "--config.data.target_lang=de",
-                        "--config.model.alignment_head=True",
-                        "--config.model.alignment_jumps=True",
-                        "--config.model.alignment_reverse=True",
-                        "--config.model.alignment_student=True")
+    result = run_script("train.py", "--config", "configs/smoke.py:align", "--workdir",
+                        str(workdir), "--config.data.source_lang=en",
+                        "--config.data.target_lang=de", "--config.alignment.jumps=True",
+                        "--config.alignment.reverse=True", "--config.alignment.student=True")
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
@@ -214,7 +212,7 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
             rec_taught.head_posteriors(None, "alignment_student_joint"), strict=True):
         np.testing.assert_allclose(mean, (heads + student) / 2, rtol=1e-6)
     with pytest.raises(UserError, match=r"has no alignment_student head "
-                                        r"\(model.alignment_head is off\)"):
+                                        r"\(no alignment config group\)"):
         align(smoke_workdir, sources, targets, layer="alignment_student")
     rev = [[(i, j) for j, i in links] for links in back]
     for method in ("intersect", "union", "grow-diag-final-and"):
@@ -345,7 +343,7 @@ def test_bad_inputs_one_line_exit_2(smoke_workdir, tmp_path):
                        "'alignment_reverse', 'alignment_joint', 'alignment_student', "
                        "'alignment_student_joint', 'alignment_heads_student', got 'top'"),
         "no head": (["--workdir", str(smoke_workdir), *good, "--layer", "alignment"],
-                    "has no alignment head (model.alignment_head is off)"),
+                    "has no alignment head (no alignment config group)"),
         "plot pair": (["--workdir", str(smoke_workdir), *good, "--plot", str(tmp_path / "p.png"),
                        "--plot_pair", "10"], "--plot_pair 10: the input has pairs 0..9"),
         "bad symmetrize": (["--workdir", str(absent), *good, "--symmetrize", "grow"],

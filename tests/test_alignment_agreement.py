@@ -1,6 +1,6 @@
-"""Alignment by agreement (train.align_agreement): the heads' posteriors taken as the
+"""Alignment by agreement (alignment.agreement): the heads' posteriors taken as the
 gradient of their likelihood equal NumPy's forward-backward, the agreed posteriors by
-hand, the term's gradient reaches the lexical tables alone, and train.align_agreement_start
+hand, the term's gradient reaches the lexical tables alone, and alignment.agreement_start
 gates it by step."""
 
 import jax
@@ -11,11 +11,11 @@ from flax import nnx
 
 from alignment.forced import HeadTerms, head_posterior
 from alignment.head import agreed_posteriors, agreement_log_likelihood, head_posteriors
-from configs import smoke
 from data.tokenizer import PAD_ID
-from tests.test_alignment_head import toy_batch
+from tests.test_alignment_head import align_loss, smoke_align, toy_batch
 from tests.test_alignment_reverse import PAIRS, reverse_model
-from training.step import batch_loss, create_train_state, make_train_step
+from training.plugins import active_plugins
+from training.step import create_train_state, make_train_step
 
 
 @pytest.mark.parametrize("prefix,rows_key", [("alignment_", "tgt_out"),
@@ -69,8 +69,8 @@ def test_the_term_trains_the_lexical_tables_alone():
     model = reverse_model()
     batch = toy_batch(PAIRS)
     terms = model.forward_with_alignment(batch["src"], batch["tgt_in"], batch["tgt_out"])[3]
-    loss0, sums0 = batch_loss(model, batch, 0.1)
-    loss2, sums2 = batch_loss(model, batch, 0.1, align_agreement=2.0)
+    loss0, sums0 = align_loss(model, batch, 0.1)
+    loss2, sums2 = align_loss(model, batch, 0.1, agreement=2.0)
     agreement = -float(agreement_log_likelihood(terms, batch["src"], batch["tgt_out"]))
     assert float(sums2["align_agreement_sum"]) == pytest.approx(agreement, rel=1e-5)
     assert agreement > 0 and "align_agreement_sum" not in sums0
@@ -78,8 +78,8 @@ def test_the_term_trains_the_lexical_tables_alone():
     assert float(loss2) == pytest.approx(float(loss0) + 2.0 * agreement / tokens, rel=1e-5)
 
     graphdef, params = nnx.split(model, nnx.Param)
-    grads = {weight: jax.grad(lambda p, w=weight: batch_loss(nnx.merge(graphdef, p), batch,
-                                                            0.1, align_agreement=w)[0])(
+    grads = {weight: jax.grad(lambda p, w=weight: align_loss(nnx.merge(graphdef, p), batch,
+                                                            0.1, agreement=w)[0])(
         params.to_pure_dict()) for weight in (0.0, 1.0)}
     heads = {name: (grads[0.0].pop(name), grads[1.0].pop(name))
              for name in ("alignment_head", "alignment_reverse")}
@@ -93,22 +93,20 @@ def test_the_term_trains_the_lexical_tables_alone():
 
 
 def test_agreement_start_gates_the_term_by_step():
-    """With train.align_agreement_start = 3, steps 0-2 move the parameters exactly as
+    """With alignment.agreement_start = 3, steps 0-2 move the parameters exactly as
     without agreement (and, once the warmup's learning rate is above 0, not as with it
     from step 0); step 3 moves them otherwise."""
-    def train_state(**train):
-        cfg = smoke.get_config()
+    def train_state(**alignment):
+        cfg = smoke_align(jumps=True, reverse=True, **alignment)
         cfg.model.update(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
-                         num_decoder_layers=1, alignment_head=True, alignment_jumps=True,
-                         alignment_reverse=True, dropout=0.0)
-        cfg.train.update(**train)
+                         num_decoder_layers=1, dropout=0.0)
         graphdef, state = create_train_state(cfg, 40, 40)
-        return make_train_step(graphdef, cfg.train), state
+        return make_train_step(graphdef, cfg.train, plugins=active_plugins(cfg)), state
 
     batch = toy_batch(PAIRS)
     runs = {name: train_state(**train) for name, train in (
-        ("gated", dict(align_agreement=2.0, align_agreement_start=3)),
-        ("off", dict(align_agreement=0.0)), ("on", dict(align_agreement=2.0)))}
+        ("gated", dict(agreement=2.0, agreement_start=3)),
+        ("off", dict(agreement=0.0)), ("on", dict(agreement=2.0)))}
     states = {name: state for name, (_, state) in runs.items()}
 
     def same(a, b):

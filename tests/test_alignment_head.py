@@ -1,6 +1,8 @@
 """alignment/head.py: the mixture against NumPy, its invariants, that it leaves the
 translation model's gradient alone, and that it learns a known alignment."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,17 +12,40 @@ from flax import nnx
 
 from alignment.forced import HeadTerms, head_posterior
 from alignment.head import AlignmentHead, mixture_log_likelihood, posterior
+from alignment.plugin import AlignmentConfig, AlignmentPlugin, AlignmentTransformer
 from configs import smoke
 from configs.model import ModelConfig
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from models.transformer import Transformer
+from training.plugins import active_plugins
 from training.step import batch_loss, create_train_state, make_train_step
 
 
 def small_config(**overrides) -> ModelConfig:
     values = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=16, num_heads=2,
-                  num_encoder_layers=1, num_decoder_layers=1, d_ff=32, alignment_head=True)
+                  num_encoder_layers=1, num_decoder_layers=1, d_ff=32)
     return ModelConfig(**{**values, **overrides})
+
+
+def aligner(config: ModelConfig | None = None, seed: int = 0, **alignment) -> AlignmentTransformer:
+    """A small model with the alignment head and the `alignment` settings (AlignmentConfig)."""
+    return AlignmentTransformer(config or small_config(), AlignmentConfig(**alignment),
+                                rngs=nnx.Rngs(seed))
+
+
+def align_loss(model: AlignmentTransformer, batch: dict, label_smoothing: float,
+               dropout_rng=None, step=0, **settings):
+    """`batch_loss` with the alignment plug-in of the model's settings, `settings` replaced
+    (agreement=2.0, say)."""
+    plugin = AlignmentPlugin(dataclasses.replace(model.alignment, **settings))
+    return batch_loss(model, batch, label_smoothing, dropout_rng, plugins=(plugin,), step=step)
+
+
+def smoke_align(**alignment):
+    """configs/smoke.py:align with `alignment` set, its group's keys."""
+    cfg = smoke.get_config("align")
+    cfg.alignment.update(alignment)
+    return cfg
 
 
 def np_layer_norm(x, scale, bias, eps=1e-6):
@@ -82,7 +107,7 @@ def test_joint_matches_a_numpy_reference():
 
 
 def test_forward_with_alignment_returns_the_terms_in_logs():
-    model = Transformer(small_config(), rngs=nnx.Rngs(0))
+    model = aligner()
     batch = toy_batch([([5, 6, 7], [9, 8]), ([5], [10, 11, 12])])
     _, log_lik, _, weights = model.forward_with_alignment(batch["src"], batch["tgt_in"],
                                                        batch["tgt_out"], return_weights=True)
@@ -105,12 +130,13 @@ def test_translation_gradient_is_unchanged_by_the_head():
     batch = {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
     grads = {}
     for with_head in (False, True):
-        model = Transformer(small_config(alignment_head=with_head), rngs=nnx.Rngs(0))
+        model = aligner() if with_head else Transformer(small_config(), rngs=nnx.Rngs(0))
         graphdef, params = nnx.split(model, nnx.Param)
         params = params.to_pure_dict()
 
-        def loss(p, graphdef=graphdef):
-            return batch_loss(nnx.merge(graphdef, p), batch, 0.1)
+        def loss(p, graphdef=graphdef, with_head=with_head):
+            model = nnx.merge(graphdef, p)
+            return align_loss(model, batch, 0.1) if with_head else batch_loss(model, batch, 0.1)
 
         (_, sums), grads[with_head] = jax.value_and_grad(loss, has_aux=True)(params)
         assert ("align_nll_sum" in sums) == with_head
@@ -148,13 +174,12 @@ def trained_on_toy_reversal(jumps: bool = False, attention_prior: bool = True,
     prior attention, its `reverse` twin and the `student` they teach) trained 300 steps
     on the toy bitext: (model, 64 new test pairs, forward_with_alignment's weights on
     them)."""
-    cfg = smoke.get_config()
-    cfg.model.update(d_model=32, num_heads=2, d_ff=64, alignment_head=True,
-                     alignment_jumps=jumps, alignment_attention_prior=attention_prior,
-                     alignment_reverse=reverse, alignment_student=student, dropout=0.0)
+    cfg = smoke_align(jumps=jumps, attention_prior=attention_prior, reverse=reverse,
+                      student=student)
+    cfg.model.update(d_model=32, num_heads=2, d_ff=64, dropout=0.0)
     cfg.train.update(learning_rate=3e-3, warmup_steps=20)
     graphdef, state = create_train_state(cfg, 40, 40)
-    step = make_train_step(graphdef, cfg.train)
+    step = make_train_step(graphdef, cfg.train, plugins=active_plugins(cfg))
     rng = np.random.default_rng(0)
     for _ in range(300):
         state, _ = step(state, toy_batch(toy_bitext(rng, 32)))
@@ -183,23 +208,22 @@ def test_the_head_learns_a_known_alignment():
 
 def test_a_train_step_moves_translation_as_without_the_heads():
     """Clipping takes the translation's gradient norm apart from the heads' and the
-    student's (clip_apart): steps under a tight clip leave the translation parameters
+    student's (clip_by_group_norm): steps under a tight clip leave the translation parameters
     where a model without heads puts them, and the heads where a model without the
     student puts them (a few steps: Adam's first is blind to the gradient's scale), and
     each group is clipped to the norm."""
-    from training.step import clip_apart
+    from training.step import clip_by_group_norm
 
     batches = [toy_batch(toy_bitext(np.random.default_rng(seed), 4)) for seed in range(3)]
     after = {}
     for parts in ("none", "heads", "heads and student"):
         heads, student = parts != "none", parts == "heads and student"
-        cfg = smoke.get_config()
-        cfg.model.update(d_model=16, num_heads=2, d_ff=32, alignment_head=heads,
-                         alignment_jumps=heads, alignment_reverse=heads,
-                         alignment_student=student, dropout=0.0)
+        cfg = smoke_align(jumps=True, reverse=True, student=student) if heads else \
+            smoke.get_config()
+        cfg.model.update(d_model=16, num_heads=2, d_ff=32, dropout=0.0)
         cfg.train.update(grad_clip=0.01, warmup_steps=1)  # every step clipped
         graphdef, state = create_train_state(cfg, 40, 40)
-        step = make_train_step(graphdef, cfg.train)
+        step = make_train_step(graphdef, cfg.train, plugins=active_plugins(cfg))
         for batch in batches:
             state, _ = step(state, batch)
         after[parts] = jax.device_get(state["params"])
@@ -217,7 +241,8 @@ def test_a_train_step_moves_translation_as_without_the_heads():
     grads = {"embed": jnp.full((4,), 3.0), "alignment_head": {"w": jnp.full((9,), 4.0)},
              "alignment_student": {"w": jnp.full((16,), 5.0)}}
     for container in (dict, nnx.State):  # the train step's pure dicts, bench's States
-        clipped, _ = clip_apart(1.0).update(container(grads), optax.EmptyState())
+        clipped, _ = clip_by_group_norm(1.0, AlignmentPlugin.param_groups).update(
+            container(grads), optax.EmptyState())
         assert type(clipped) is container
         for norm in (clipped["embed"], clipped["alignment_head"]["w"],
                      clipped["alignment_student"]["w"]):  # each group to 1 on its own

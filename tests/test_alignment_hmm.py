@@ -1,4 +1,4 @@
-"""The alignment head's HMM (model.alignment_jumps): its jump biases, the forward
+"""The alignment head's HMM (alignment.jumps): its jump biases, the forward
 algorithm's per-row likelihoods and the forward-backward posterior against sums over
 every alignment enumerated in NumPy, and that it learns a known alignment."""
 
@@ -17,7 +17,6 @@ from alignment.head import (
     hmm_log_likelihood,
     mixture_log_likelihood,
 )
-from configs import smoke
 from configs.model import ModelConfig
 from training.step import create_train_state, make_train_step
 
@@ -25,9 +24,8 @@ from training.step import create_train_state, make_train_step
 def jump_head(seed: int = 0) -> AlignmentHead:
     """A head with random jump biases (they start at zero)."""
     config = ModelConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=16, num_heads=2,
-                         num_encoder_layers=1, num_decoder_layers=1, d_ff=32,
-                         alignment_head=True, alignment_jumps=True)
-    head = AlignmentHead(config, rngs=nnx.Rngs(seed))
+                         num_encoder_layers=1, num_decoder_layers=1, d_ff=32)
+    head = AlignmentHead(config, rngs=nnx.Rngs(seed), jumps=True)
     rng = np.random.default_rng(seed)
     head.jump.value = jnp.asarray(rng.normal(size=2 * MAX_JUMP + 1) / JUMP_SCALE, jnp.float32)
     head.null_jump.value = jnp.asarray(-0.15, jnp.float32)
@@ -162,13 +160,11 @@ def reversal_accuracy(test, weights: dict, prefix: str) -> float:
 
 
 def test_without_the_prior_attention_the_prior_is_uniform_and_has_no_parameters():
-    """model.alignment_attention_prior=False: no query / key parameters, log a(i) =
+    """alignment.attention_prior=False: no query / key parameters, log a(i) =
     -log(source length) on every row, and the jump biases still move the chain."""
-    from models.transformer import Transformer
-    from tests.test_alignment_head import small_config, toy_batch
+    from tests.test_alignment_head import aligner, small_config, toy_batch
 
-    model = Transformer(small_config(alignment_jumps=True, alignment_attention_prior=False,
-                                     dropout=0.0), rngs=nnx.Rngs(0))
+    model = aligner(small_config(dropout=0.0), jumps=True, attention_prior=False)
     head = model.alignment_head
     assert head.query is None and head.key is None and head.query_norm is None
     batch = toy_batch([([5, 6, 7], [9, 8]), ([5], [10, 11, 12])])
@@ -185,14 +181,13 @@ def test_without_the_prior_attention_the_prior_is_uniform_and_has_no_parameters(
 def test_prior_weight_zero_is_ibm_model_1_and_the_ramp_starts_there(jumps):
     """With the prior raised to 0 the head's likelihood is IBM model 1's (the mean of the
     lexical table over the source pieces), its prior and jumps get no gradient, and a
-    train step with `align_prior_ramp_steps` uses that weight at step 0."""
+    train step with `alignment.prior_ramp_steps` uses that weight at step 0."""
     import jax
 
-    from models.transformer import Transformer
-    from tests.test_alignment_head import small_config, toy_batch
-    from training.step import batch_loss
+    from tests.test_alignment_head import align_loss, aligner, small_config, smoke_align, toy_batch
+    from training.plugins import active_plugins
 
-    model = Transformer(small_config(alignment_jumps=jumps, dropout=0.0), rngs=nnx.Rngs(0))
+    model = aligner(small_config(dropout=0.0), jumps=jumps)
     batch = toy_batch([([5, 6, 7], [9, 8]), ([5], [10, 11, 12])])
     _, log_lik, _, weights = model.forward_with_alignment(
         batch["src"], batch["tgt_in"], batch["tgt_out"], return_weights=True, prior_weight=0.0)
@@ -203,8 +198,9 @@ def test_prior_weight_zero_is_ibm_model_1_and_the_ramp_starts_there(jumps):
     graphdef, params = nnx.split(model, nnx.Param)
     params = params.to_pure_dict()
 
-    def loss(p, weight):
-        return batch_loss(nnx.merge(graphdef, p), batch, 0.0, align_prior_weight=weight)
+    def loss(p, weight):  # the prior's weight at step weight * 10 of a 10-step ramp
+        return align_loss(nnx.merge(graphdef, p), batch, 0.0, step=int(weight * 10),
+                          prior_ramp_steps=10)
 
     for weight, prior_moves in ((0.0, False), (0.5, True)):
         (_, sums), grads = jax.value_and_grad(loss, has_aux=True)(params, weight)
@@ -216,15 +212,13 @@ def test_prior_weight_zero_is_ibm_model_1_and_the_ramp_starts_there(jumps):
         if weight == 0.0:
             ibm1 = float(sums["align_nll_sum"])
 
-    cfg = smoke.get_config()
+    cfg = smoke_align(jumps=jumps, prior_ramp_steps=4)
     cfg.model.update(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
-                     num_decoder_layers=1, alignment_head=True, alignment_jumps=jumps,
-                     dropout=0.0)
-    cfg.train.align_prior_ramp_steps = 4
+                     num_decoder_layers=1, dropout=0.0)
     graphdef, state = create_train_state(cfg, 40, 40)
     model = nnx.merge(graphdef, state["params"])
-    want = float(batch_loss(model, batch, cfg.train.label_smoothing,
-                            align_prior_weight=0.0)[1]["align_nll_sum"])
-    _, metrics = make_train_step(graphdef, cfg.train)(state, batch)
+    want = float(align_loss(model, batch, cfg.train.label_smoothing,  # weight 0 at step 0
+                            step=0)[1]["align_nll_sum"])
+    _, metrics = make_train_step(graphdef, cfg.train, plugins=active_plugins(cfg))(state, batch)
     assert float(metrics["align_nll_sum"]) == pytest.approx(want, rel=1e-5)
     assert ibm1 > 0

@@ -1,4 +1,4 @@
-"""The alignment head's reverse twin (model.alignment_reverse): target -> source in the
+"""The alignment head's reverse twin (alignment.reverse): target -> source in the
 same run, its HMM over target positions against an enumeration of every path, its
 lexical table context-free, its loss added, translation left alone, and that it learns
 the toy reversal from the other side."""
@@ -10,19 +10,17 @@ import pytest
 from flax import nnx
 
 from alignment.head import JUMP_SCALE, MAX_JUMP
+from alignment.plugin import AlignmentTransformer
 from data.tokenizer import PAD_ID
-from models.transformer import Transformer
-from tests.test_alignment_head import small_config, toy_batch
+from tests.test_alignment_head import align_loss, aligner, small_config, toy_batch
 from tests.test_alignment_hmm import enumerate_chain, reversal_accuracy
-from training.step import batch_loss
 
 PAIRS = [([5, 6, 7], [9, 8, 9]), ([5], [10, 11, 12])]  # target 9 twice in the first pair
 
 
-def reverse_model(seed: int = 0) -> Transformer:
+def reverse_model(seed: int = 0) -> AlignmentTransformer:
     """A small model with both heads and random (non-zero) jump biases."""
-    model = Transformer(small_config(alignment_jumps=True, alignment_reverse=True, dropout=0.0),
-                        rngs=nnx.Rngs(seed))
+    model = aligner(small_config(dropout=0.0), seed, jumps=True, reverse=True)
     rng = np.random.default_rng(seed)
     for head in (model.alignment_head, model.alignment_reverse):
         head.jump.value = jnp.asarray(rng.normal(size=2 * MAX_JUMP + 1) / JUMP_SCALE)
@@ -67,19 +65,18 @@ def test_the_loss_adds_the_reverse_head_and_translation_is_untouched():
     batch = toy_batch(PAIRS)
     _, forward_ll, reverse_ll, _ = model.forward_with_alignment(
         batch["src"], batch["tgt_in"], batch["tgt_out"])
-    _, sums = batch_loss(model, batch, 0.0)
+    _, sums = align_loss(model, batch, 0.0)
     want = -(np.sum(np.asarray(forward_ll) * (batch["tgt_out"] != PAD_ID))
              + np.sum(np.asarray(reverse_ll) * (batch["src"] != PAD_ID)))
     assert float(sums["align_nll_sum"]) == pytest.approx(want, rel=1e-5)
 
     grads = {}
     for reverse in (False, True):
-        model = Transformer(small_config(alignment_jumps=True, alignment_reverse=reverse,
-                                         dropout=0.0), rngs=nnx.Rngs(0))
+        model = aligner(small_config(dropout=0.0), jumps=True, reverse=reverse)
         graphdef, params = nnx.split(model, nnx.Param)
 
         def loss(p, graphdef=graphdef):
-            return batch_loss(nnx.merge(graphdef, p), batch, 0.1)[0]
+            return align_loss(nnx.merge(graphdef, p), batch, 0.1)[0]
 
         grads[reverse] = jax.grad(loss)(params.to_pure_dict())
     reverse_grads = grads[True].pop("alignment_reverse")

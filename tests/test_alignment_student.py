@@ -1,4 +1,4 @@
-"""The alignment student (model.alignment_student, alignment/student.py): its
+"""The alignment student (alignment.student, alignment/student.py): its
 attention against NumPy, its cross-entropy by hand, its loss taught by the heads'
 agreed posteriors with translation's and the heads' gradients left alone, and that it
 learns the toy reversal from its teachers."""
@@ -12,10 +12,15 @@ from flax import nnx
 from alignment.head import agreed_pair
 from alignment.student import AlignmentStudent, log_posteriors, shift_rows, student_cross_entropy
 from data.tokenizer import EOS_ID, PAD_ID
-from models.transformer import Transformer
-from tests.test_alignment_head import np_layer_norm, np_log_softmax, small_config, toy_batch
+from tests.test_alignment_head import (
+    align_loss,
+    aligner,
+    np_layer_norm,
+    np_log_softmax,
+    small_config,
+    toy_batch,
+)
 from tests.test_alignment_reverse import PAIRS, reverse_model
-from training.step import batch_loss
 
 
 def test_shift_rows_moves_each_row_up_one():
@@ -27,8 +32,7 @@ def test_shift_rows_moves_each_row_up_one():
 
 def test_student_matches_a_numpy_reference():
     rng = np.random.default_rng(0)
-    student = AlignmentStudent(small_config(alignment_jumps=True, alignment_reverse=True,
-                                            alignment_student=True), rngs=nnx.Rngs(2))
+    student = AlignmentStudent(small_config(), rngs=nnx.Rngs(2))
     student.diagonal.value = jnp.asarray(rng.normal(size=student.diagonal.value.shape))
     student.lexical_weights.value = jnp.asarray([0.7, 0.2])
     p = jax.tree.map(np.asarray, nnx.state(student, nnx.Param).to_pure_dict())
@@ -101,14 +105,12 @@ def test_the_student_learns_from_the_heads_and_leaves_the_rest_alone():
     for with_student in (False, True):
         model = reverse_model()  # the same seed: the same parameters but the student's
         if with_student:
-            model = Transformer(small_config(alignment_jumps=True, alignment_reverse=True,
-                                             alignment_student=True, dropout=0.0),
-                                rngs=nnx.Rngs(0))
+            model = aligner(small_config(dropout=0.0), jumps=True, reverse=True, student=True)
             nnx.update(model, nnx.state(reverse_model()))
         graphdef, params = nnx.split(model, nnx.Param)
 
         def loss(p, graphdef=graphdef):
-            return batch_loss(nnx.merge(graphdef, p), batch, 0.1)
+            return align_loss(nnx.merge(graphdef, p), batch, 0.1)
 
         (losses[with_student], sums), grads[with_student] = jax.value_and_grad(
             loss, has_aux=True)(params.to_pure_dict())

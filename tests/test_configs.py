@@ -13,7 +13,7 @@ from ml_collections import config_flags
 
 from common import cli
 from common.errors import UserError
-from configs import base, resolved, resume, validation
+from configs import base, resolved, resume, smoke, validation
 from data.corpora import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,13 +58,19 @@ def parse(argv: list[str]) -> ml_collections.ConfigDict:
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_files_load_and_validate(name):
+    from configs import alignment_group
+    from training.plugins import active_plugins
+
     cfg = parse(["prog", f"--config={ROOT / 'configs' / f'{name}.py'}"])
     flat, base_flat = resume.flatten_config(cfg), resume.flatten_config(base.get_config())
+    if "alignment" in cfg:  # a plug-in's group: its defaults' keys
+        base_flat.update(resume.flatten_config({"alignment": alignment_group.get_group().to_dict()}))
     assert set(flat) == set(base_flat)  # no typo adds a key
     assert all(key in flat for key in REQUIRED)
     for key, value in flat.items():  # types stay those of base
         assert type(value) is type(base_flat[key]), key
     validation.validate_config(cfg)
+    active_plugins(cfg)
 
 
 def test_experiment_specifics():
@@ -106,16 +112,17 @@ def test_experiment_specifics():
     # Multi30k has both languages, else files beside the training ones.
     fr_en = parse(["prog", f"--config={ROOT / 'configs/align_de_en.py'}:fr-en"])
     assert fr_en.data.train_source == "runs/align_data_en-fr/train.fr"
-    assert fr_en.data.teacher_links == "runs/align_data_en-fr/train.links"
+    assert fr_en.alignment.teacher_links == "runs/align_data_en-fr/train.links"
     assert fr_en.data.valid_target == "data/multi30k/val.en.gz"
     ro_en = parse(["prog", f"--config={ROOT / 'configs/align_de_en.py'}:en-ro"])
     assert (ro_en.data.train_target, ro_en.data.valid_source) == (
         "runs/align_data_en-ro/train.ro", "runs/align_data_en-ro/valid.en")
-    assert ro_en.model.alignment_reverse and ro_en.train.align_agreement == 1.0
-    from configs import align_de_en
-    from data.corpora import MULTI30K_LANGS
-
-    assert align_de_en.MULTI30K_LANGS == MULTI30K_LANGS  # repeated there: layering
+    assert ro_en.alignment.reverse and ro_en.alignment.agreement == 1.0
+    # The CPU recipe's model and schedule, a step budget instead of its time budget.
+    assert (align.model.d_model, align.model.dropout, align.data.spm_model_type) == (
+        128, 0.2, "unigram")
+    assert (align.train.schedule, align.train.max_minutes, align.train.learning_rate) == (
+        "inverse_sqrt", 0.0, 3e-3)
 
 
 def test_overrides_through_absl_flags():
@@ -241,27 +248,6 @@ def test_validate_config_errors():
     cfg.model.embedding_grad = "sorted"
     with pytest.raises(UserError, match="model.embedding_grad must be one of auto, scatter, one_hot"):
         validation.validate_config(cfg)
-    cfg = base.get_config()
-    cfg.model.alignment_jumps = True
-    with pytest.raises(UserError, match="model.alignment_jumps needs model.alignment_head=True"):
-        validation.validate_config(cfg)
-    cfg.model.alignment_head, cfg.data.pack_length = True, 256
-    with pytest.raises(UserError, match="model.alignment_jumps needs data.pack_length=0"):
-        validation.validate_config(cfg)
-    cfg = base.get_config()
-    cfg.model.alignment_head, cfg.model.alignment_attention_prior = True, False
-    with pytest.raises(UserError, match="alignment_attention_prior=False needs "
-                                        "model.alignment_jumps=True"):
-        validation.validate_config(cfg)
-    cfg.model.alignment_attention_prior, cfg.model.alignment_reverse = True, True
-    with pytest.raises(UserError, match="model.alignment_reverse needs model.alignment_jumps"):
-        validation.validate_config(cfg)
-    cfg.model.alignment_reverse, cfg.train.align_agreement = False, 1.0
-    with pytest.raises(UserError, match="train.align_agreement needs model.alignment_reverse"):
-        validation.validate_config(cfg)
-    cfg.train.align_agreement, cfg.model.alignment_student = 0.0, True
-    with pytest.raises(UserError, match="model.alignment_student needs model.alignment_reverse"):
-        validation.validate_config(cfg)
 
 
 def test_main_guard_describes_os_errors_on_paths(capsys, monkeypatch):
@@ -380,3 +366,63 @@ def test_atomic_files_get_the_permissions_open_would_give(tmp_path):
     plain = tmp_path / "b.json"
     plain.write_text("{}\n")
     assert (path.stat().st_mode & 0o777) == (plain.stat().st_mode & 0o777) != 0o600
+
+
+def test_the_alignment_group_is_checked_when_its_plugin_is_made():
+    from training.plugins import active_plugins
+
+    assert active_plugins(base.get_config()) == ()  # no group, no plug-in
+    cfg = smoke.get_config("align")
+    active_plugins(cfg)
+    cases = [(dict(attention_prior=False), "alignment.attention_prior=False needs "
+                                           "alignment.jumps=True"),
+             (dict(jumps=True, reverse=True, student=False, agreement=-1.0),
+              "alignment.agreement must be at least 0"),
+             (dict(reverse=True), "alignment.reverse needs alignment.jumps"),
+             (dict(agreement=1.0), "alignment.agreement needs alignment.reverse"),
+             (dict(jumps=True, student=True), "alignment.student needs alignment.reverse"),
+             (dict(teacher_links="x"), "set alignment.student=True")]
+    for values, message in cases:
+        cfg = smoke.get_config("align")
+        cfg.alignment.update(values)
+        with pytest.raises(UserError, match=message):
+            active_plugins(cfg)
+    cfg = smoke.get_config("align")
+    cfg.alignment.jumps, cfg.data.pack_length = True, 256
+    with pytest.raises(UserError, match="alignment.jumps needs data.pack_length=0"):
+        active_plugins(cfg)
+    cfg = smoke.get_config("align")
+    cfg.alignment.plugin = "no_such_module"
+    with pytest.raises(UserError, match="alignment.plugin: no module 'no_such_module'"):
+        active_plugins(cfg)
+
+
+def test_a_config_json_of_the_old_layout_reads_in_todays(tmp_path):
+    """Before the alignment group, every config.json had model.alignment_*, train.align_*
+    and data.teacher_links: a run without the head reads without them, a run with it
+    with the group (keys it predates at their defaults)."""
+    import json
+
+    from configs import alignment_group
+    from configs.resolved import config_to_json, load_config_json
+
+    today = json.loads(config_to_json(smoke.get_config()))
+    old = json.loads(json.dumps(today))
+    old["model"].update(alignment_head=False, alignment_jumps=False,
+                        alignment_attention_prior=True, alignment_reverse=False,
+                        alignment_student=False)
+    old["train"].update(align_prior_ramp_steps=0, align_agreement=0.0, align_agreement_start=0)
+    old["data"]["teacher_links"] = ""
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    assert load_config_json(tmp_path).to_dict() == today
+
+    old["model"].update(alignment_head=True, alignment_jumps=True, alignment_reverse=True)
+    del old["train"]["align_agreement_start"]  # a run from before the key
+    old["train"]["align_agreement"] = 1.0
+    old["data"]["teacher_links"] = "links.txt"
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    want = smoke.get_config("align")
+    want.alignment.update(jumps=True, reverse=True, agreement=1.0, teacher_links="links.txt")
+    assert load_config_json(tmp_path).to_dict() == json.loads(config_to_json(want))
+    assert alignment_group.upgrade_legacy(json.loads(config_to_json(want))) == json.loads(
+        config_to_json(want))  # today's layout: unchanged

@@ -31,16 +31,21 @@ def test_loop_state_round_trips_through_checkpoint_meta():
     assert LoopState.from_meta({}) == LoopState()
 
 
-def test_resume_refuses_other_teacher_links_but_not_a_checkpoint_saved_without_them(tmp_path):
+def test_resume_refuses_other_plugin_inputs_but_not_a_checkpoint_saved_without_them(tmp_path):
     (tmp_path / "tokenizer").mkdir()
     (tmp_path / "tokenizer/tokenizer.json").write_text("{}")
-    taught = LoopState(data_sha256="d", teacher_links_sha256="links-a")
-    check_resume_inputs(taught, 10, tmp_path, "d", "links-a")
-    with pytest.raises(UserError, match="data.teacher_links differs from the links checkpoint "
-                                        "step 10 in .* was taught with"):
-        check_resume_inputs(taught, 10, tmp_path, "d", "links-b")
+    taught = LoopState(data_sha256="d", fingerprints={"teacher_links": "links-a"})
+    check_resume_inputs(taught, 10, tmp_path, "d", {"teacher_links": "links-a"})
+    for now in ({"teacher_links": "links-b"}, {}):
+        with pytest.raises(UserError, match="the teacher_links file differs from the one "
+                                            "checkpoint step 10 in .* was trained with"):
+            check_resume_inputs(taught, 10, tmp_path, "d", now)
     # Saved before the fingerprint existed: nothing to compare.
-    check_resume_inputs(LoopState(data_sha256="d"), 10, tmp_path, "d", "links-b")
+    check_resume_inputs(LoopState(data_sha256="d"), 10, tmp_path, "d", {"teacher_links": "b"})
+    # A checkpoint that kept it as its own field, before fingerprints were a dict.
+    old = LoopState.from_meta({"data_sha256": "d", "teacher_links_sha256": "links-a"})
+    assert old.fingerprints == {"teacher_links": "links-a"}
+    assert LoopState.from_meta({"teacher_links_sha256": ""}).fingerprints == {}
 
 
 def test_expected_last_step_under_a_time_budget():

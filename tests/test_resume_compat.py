@@ -4,20 +4,43 @@
 cef8104 (before the code was restructured), keeping only its step-20 checkpoint;
 `params_step40.npz` holds the parameters that same run reached at step 40. Resuming
 the copy with today's code must end at the same parameters.
+
+`fixtures/workdir_align_b2d46ee/` is the same for a word-alignment run made at b2d46ee,
+when the alignment keys were model.alignment_*, train.align_* and data.teacher_links
+and the checkpoint kept the links' fingerprint as `teacher_links_sha256`: the recipe
+configs/align_de_en.py made smoke-sized by ALIGN_ARGS, on the 300 Multi30k pairs and
+diagonal teacher links in its data/ (paths relative to the repository root).
 """
 
+import re
 import shutil
 from pathlib import Path
 
 import jax
 import numpy as np
-from conftest import run_script
+from conftest import run_module, run_script
 
 FIXTURE = Path(__file__).parent / "fixtures" / "workdir_cef8104"
+ALIGN_FIXTURE = Path(__file__).parent / "fixtures" / "workdir_align_b2d46ee"
+ALIGN_DATA = "tests/fixtures/workdir_align_b2d46ee/data"
+# The run's command line, today's spelling of it: at b2d46ee the last two were
+# --config.train.align_prior_ramp_steps=10 --config.train.align_agreement_start=10.
+ALIGN_ARGS = ("--config", "configs/align_de_en.py",
+              f"--config.data.train_source={ALIGN_DATA}/train.de",
+              f"--config.data.train_target={ALIGN_DATA}/train.en",
+              f"--config.alignment.teacher_links={ALIGN_DATA}/train.links",
+              "--config.data.vocab_size=200", "--config.data.bucket_step=16",
+              "--config.model.d_model=16", "--config.model.num_heads=2",
+              "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
+              "--config.model.d_ff=32", "--config.train.num_steps=40",
+              "--config.train.batch_tokens=512", "--config.train.warmup_steps=10",
+              "--config.train.log_every_steps=10", "--config.eval.every_steps=20",
+              "--config.eval.batch_size=64", "--config.eval.max_sentences=8",
+              "--config.checkpoint.every_steps=20", "--config.attention_maps.num_examples=1",
+              "--config.alignment.prior_ramp_steps=10", "--config.alignment.agreement_start=10")
 
 
 def test_resume_of_a_workdir_written_before_the_restructure(tmp_path):
-    from evaluation.loading import load_params
 
     workdir = tmp_path / "run"
     shutil.copytree(FIXTURE, workdir, ignore=shutil.ignore_patterns("params_step40.npz"))
@@ -25,10 +48,45 @@ def test_resume_of_a_workdir_written_before_the_restructure(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming from step 20" in result.stderr
 
+    assert_same_params(workdir, FIXTURE / "params_step40.npz")
+
+
+def test_resume_of_an_alignment_run_written_before_the_plugin(tmp_path):
+    from alignment.plugin import AlignmentTransformer
+    from evaluation.loading import load_params
+
+    workdir = tmp_path / "run"
+    shutil.copytree(ALIGN_FIXTURE, workdir,
+                    ignore=shutil.ignore_patterns("params_step40.npz", "data"))
+    result = run_script("train.py", *ALIGN_ARGS, "--workdir", str(workdir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from step 20" in result.stderr
+    assert isinstance(load_params(workdir, "40").model, AlignmentTransformer)
+    assert_same_params(workdir, ALIGN_FIXTURE / "params_step40.npz")
+
+    # The old run's checkpoint reads with attention.align: the heads' and student's links.
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("ein hund läuft . ||| a dog runs .\nzwei männer ||| two men\n",
+                     encoding="utf-8")
+    old = tmp_path / "old"
+    shutil.copytree(ALIGN_FIXTURE, old, ignore=shutil.ignore_patterns("params_step40.npz",
+                                                                      "data"))
+    result = run_module("attention.align", "--workdir", str(old), "--checkpoint", "20",
+                        "--pairs", str(pairs), "--layer", "alignment_heads_student")
+    assert result.returncode == 0, result.stderr[-3000:]
+    links = result.stdout.splitlines()
+    assert len(links) == 2 and all(re.fullmatch(r"(\d+-\d+( \d+-\d+)*)?", line)
+                                   for line in links), links
+
+
+def assert_same_params(workdir: Path, npz: Path) -> None:
+    """The parameters of `workdir`'s step 40 are those of `npz` (flattened names)."""
+    from evaluation.loading import load_params
+
     params = load_params(workdir, "40").params
     resumed = {"/".join(str(getattr(k, "key", k)) for k in path): np.asarray(v)
                for path, v in jax.tree_util.tree_flatten_with_path(params)[0]}
-    with np.load(FIXTURE / "params_step40.npz", allow_pickle=False) as expected:
+    with np.load(npz, allow_pickle=False) as expected:
         assert sorted(resumed) == sorted(expected.files)
         for name in expected.files:
             if name.endswith("key/bias"):

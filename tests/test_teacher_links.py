@@ -1,4 +1,4 @@
-"""An outside aligner's links as the alignment student's teacher (data.teacher_links):
+"""An outside aligner's links as the alignment student's teacher (alignment.teacher_links):
 Moses tokens folded onto whitespace words, word links mapped onto pieces by hand,
 the batches' link matrices, the teachers the loss builds from them, the loss taught by
 them, and the refusals."""
@@ -16,10 +16,8 @@ from alignment.student import link_teachers, student_cross_entropy
 from common.errors import UserError
 from data.batching import TokenArray, TrainBatcher
 from data.tokenizer import EOS_ID, PAD_ID
-from models.transformer import Transformer
-from tests.test_alignment_head import small_config, toy_batch
+from tests.test_alignment_head import align_loss, aligner, small_config, toy_batch
 from tests.test_alignment_reverse import PAIRS, reverse_model
-from training.step import batch_loss
 
 # A made-up vocabulary: ids 0-3 the specials, then pieces ("▁" opens a word).
 PIECES = ["<pad>", "<unk>", "<s>", "</s>", "\u2581a", "b", "\u2581c", "\u2581d", "e"]
@@ -74,7 +72,8 @@ def test_the_batches_carry_each_rows_link_matrix():
     tgt = [[7, 8, 4], [4]]
     links = tl.piece_links(TokenArray.from_lists(src), TokenArray.from_lists(tgt),
                            [[(0, 1), (1, 0)], [(0, 0)]], OPENS, OPENS)
-    batcher = TrainBatcher(src, tgt, batch_tokens=64, max_length=8, links=links)
+    batcher = TrainBatcher(src, tgt, batch_tokens=64, max_length=8,
+                           fields={"teacher_links": tl.links_field(links)})
     seen = 0
     for index in range(batcher.num_batches):
         length, rows = batcher.epoch_plan(0)[index]
@@ -88,9 +87,6 @@ def test_the_batches_carry_each_rows_link_matrix():
             seen += 1
     assert seen == 2
     assert "teacher_links" not in TrainBatcher(src, tgt, batch_tokens=64, max_length=8).batch(0, 0)
-    with pytest.raises(UserError, match="teacher links for 1 pairs, but 2"):
-        TrainBatcher(src, tgt, batch_tokens=64, max_length=8,
-                     links=TokenArray.from_lists([[0, 0]]))
 
 
 def test_link_teachers_spread_each_row_over_its_links_or_put_it_on_null():
@@ -116,13 +112,12 @@ def test_the_loss_teaches_the_student_the_batchs_links():
     s = batch["src"].shape[1]
     rng = np.random.default_rng(0)
     batch["teacher_links"] = jnp.asarray(rng.random((b, t, s)) < 0.2, jnp.uint8)
-    model = Transformer(small_config(alignment_jumps=True, alignment_reverse=True,
-                                     alignment_student=True, dropout=0.0), rngs=nnx.Rngs(0))
+    model = aligner(small_config(dropout=0.0), jumps=True, reverse=True, student=True)
     nnx.update(model, nnx.state(reverse_model()))
     graphdef, params = nnx.split(model, nnx.Param)
 
     def loss(p, batch):
-        return batch_loss(nnx.merge(graphdef, p), batch, 0.1)
+        return align_loss(nnx.merge(graphdef, p), batch, 0.1)
 
     (_, sums), grads = jax.value_and_grad(loss, has_aux=True)(params.to_pure_dict(), batch)
     terms = model.forward_with_alignment(batch["src"], batch["tgt_in"], batch["tgt_out"])[3]
@@ -145,40 +140,38 @@ def test_the_loss_teaches_the_student_the_batchs_links():
 
 
 def test_teacher_links_refuse_a_run_without_the_student_or_with_resegmentation():
-    from configs import validation
     from configs.align_de_en import get_config
+    from training.plugins import active_plugins
 
     config = get_config()  # the recipe: the student, taught eflomal's links
-    assert config.model.alignment_student and config.data.teacher_links
-    validation.validate_config(config)
-    config.model.alignment_student = False
-    with pytest.raises(UserError, match="set model.alignment_student=True"):
-        validation.validate_config(config)
-    config.model.alignment_student = True
-    validation.validate_config(config)
+    assert config.alignment.student and config.alignment.teacher_links
+    active_plugins(config)
+    config.alignment.student = False
+    with pytest.raises(UserError, match="set alignment.student=True"):
+        active_plugins(config)
+    config.alignment.student = True
+    active_plugins(config)
     config.data.spm_sampling_alpha = 0.1
     with pytest.raises(UserError, match="needs data.spm_sampling_alpha=0"):
-        validation.validate_config(config)
+        active_plugins(config)
 
 
 def test_train_refuses_a_links_file_of_another_text(tmp_path):
-    import train
-
     path = tmp_path / "links.txt"
     path.write_text("0-0\n0-0\n")
-    links, sha256 = train.read_teacher_links(str(path), 2)
+    links, sha256 = tl.read_teacher_links(str(path), 2)
     assert links == [[(0, 0)], [(0, 0)]]
     assert sha256 == hashlib.sha256(b"0-0\n0-0\n").hexdigest()
     with pytest.raises(UserError, match="has 2 lines, the training text 1 pairs"):
-        train.read_teacher_links(str(path), 1)
+        tl.read_teacher_links(str(path), 1)
     with pytest.raises(UserError, match="1 training pairs were dropped"):
-        train.teacher_piece_links([[(0, 0)]], None, None, None, 1)
+        tl.teacher_piece_links([[(0, 0)]], None, None, None, 1)
     path.write_text("0-x\n")
     with pytest.raises(UserError, match="not a Pharaoh link"):
-        train.read_teacher_links(str(path), 1)
+        tl.read_teacher_links(str(path), 1)
     with pytest.raises(UserError, match="missing.txt is not a file \\(make it with python -m "
                                         "attention.teacher_links"):
-        train.read_teacher_links(str(tmp_path / "missing.txt"), 1)
+        tl.read_teacher_links(str(tmp_path / "missing.txt"), 1)
 
 
 def test_the_command_refuses_bad_input_in_one_line(tmp_path):
@@ -206,7 +199,7 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_training_with_teacher_links_end_to_end(tmp_path):
-    """train.py reads data.teacher_links, maps them onto the rows and teaches the student
+    """train.py reads alignment.teacher_links, maps them onto the rows and teaches the student
     (its loss is logged); a file of another length is one error line, exit 2."""
     import gzip
     import json
@@ -221,12 +214,11 @@ def test_training_with_teacher_links_end_to_end(tmp_path):
     path = tmp_path / "links.txt"
     path.write_text("".join(" ".join(f"{k}-{k}" for k in range(min(a, b))) + "\n"
                             for a, b in zip(words("de"), words("en"), strict=True)))
-    args = ["--config", "configs/smoke.py", "--config.train.num_steps=4",
+    args = ["--config", "configs/smoke.py:align", "--config.train.num_steps=4",
             "--config.data.max_length=160", "--config.data.bucket_step=80",  # drop no pair
             "--config.train.log_every_steps=2", "--config.eval.every_steps=100",
-            "--config.model.alignment_head=True", "--config.model.alignment_jumps=True",
-            "--config.model.alignment_reverse=True", "--config.model.alignment_student=True",
-            f"--config.data.teacher_links={path}"]
+            "--config.alignment.jumps=True", "--config.alignment.reverse=True",
+            "--config.alignment.student=True", f"--config.alignment.teacher_links={path}"]
     result = run_script("train.py", *args, "--workdir", str(tmp_path / "run"))
     assert result.returncode == 0, result.stderr[-3000:]
     logged = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").open()]
@@ -237,11 +229,11 @@ def test_training_with_teacher_links_end_to_end(tmp_path):
     result = run_script("train.py", *args, "--config.train.num_steps=6",
                         "--workdir", str(tmp_path / "run"))
     assert result.returncode == 2
-    assert "error: data.teacher_links differs from the links checkpoint step 4" in result.stderr
+    assert "error: the teacher_links file differs from the one checkpoint step 4" in result.stderr
     assert sorted(p.name for p in (tmp_path / "run/checkpoints").iterdir()) == saved
     path.write_text("0-0\n")
     result = run_script("train.py", *args, "--workdir", str(tmp_path / "bad"))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"error: data.teacher_links: {path} has 1 lines, the training text 2000 pairs"]
+        f"error: alignment.teacher_links: {path} has 1 lines, the training text 2000 pairs"]
     assert not (tmp_path / "bad").exists()

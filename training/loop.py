@@ -25,13 +25,20 @@ class LoopState:
     decay_start_seconds: float = -1.0  # train_seconds when warmup ended ("cosine_budget")
     data_sha256: str = ""  # fingerprints of the training pairs and tokenizer files ...
     tokenizer_sha256: str = ""
-    teacher_links_sha256: str = ""  # ... and of data.teacher_links' file ("" = none)
+    # ... and of the plug-ins' input files, {name: SHA-256} (training/plugins.py)
+    fingerprints: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_meta(cls, meta: dict) -> LoopState:
-        """From a checkpoint's meta item (keys a LoopState does not know are ignored)."""
+        """From a checkpoint's meta item (keys a LoopState does not know are ignored; an
+        input's fingerprint saved as its own field `<name>_sha256`, as before
+        `fingerprints` held them, reads as fingerprints[name])."""
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in meta.items() if k in known})
+        loop = cls(**{k: v for k, v in meta.items() if k in known})
+        for key, value in meta.items():
+            if key not in known and key.endswith("_sha256") and value:
+                loop.fingerprints.setdefault(key.removesuffix("_sha256"), value)
+        return loop
 
 
 def itstime(step: int, every: int, final: bool = False) -> bool:
@@ -90,18 +97,19 @@ class StopRequest:
 
 
 def check_resume_inputs(loop: LoopState, step: int, workdir: Path, data_sha256: str,
-                        teacher_links_sha256: str = "") -> None:
-    """Refuse a checkpoint whose training data, teacher links or tokenizer differ from what
-    this run has (the config can be unchanged while a file was edited or tokenizer/
-    replaced). A fingerprint the checkpoint lacks ("": saved before it existed) is not
-    checked."""
+                        fingerprints: dict[str, str] | None = None) -> None:
+    """Refuse a checkpoint whose training data, plug-in inputs (`fingerprints`, {name:
+    SHA-256}) or tokenizer differ from what this run has (the config can be unchanged
+    while a file was edited or tokenizer/ replaced). A fingerprint the checkpoint lacks
+    (saved before it existed) is not checked."""
     if loop.data_sha256 and loop.data_sha256 != data_sha256:
         raise UserError(f"the training data differ from those checkpoint step {step} in {workdir} "
                         "was trained on (same config, other file contents); use a new --workdir")
-    if loop.teacher_links_sha256 and loop.teacher_links_sha256 != teacher_links_sha256:
-        raise UserError(f"data.teacher_links differs from the links checkpoint step {step} in "
-                        f"{workdir} was taught with (same path, other contents); put the original "
-                        "file back or use a new --workdir")
+    for name, saved in loop.fingerprints.items():
+        if saved and saved != (fingerprints or {}).get(name, ""):
+            raise UserError(f"the {name} file differs from the one checkpoint step {step} in "
+                            f"{workdir} was trained with (same config, other contents, or none); "
+                            "put the original file back or use a new --workdir")
     tokenizer_dir = workdir / "tokenizer"
     if not (tokenizer_dir / "tokenizer.json").is_file():
         raise UserError(f"{tokenizer_dir} is missing or incomplete; checkpoint step {step} needs "

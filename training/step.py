@@ -20,84 +20,96 @@ as an uninterrupted one without storing any RNG state.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
 from jax.sharding import Mesh
 
-from alignment.head import agreed_pair, agreement_log_likelihood
-from alignment.student import link_teachers, student_cross_entropy
+from common.errors import UserError
 from configs.model import ModelConfig
-from data.tokenizer import EOS_ID, PAD_ID
+from data.tokenizer import PAD_ID
 from models.transformer import Transformer
 from training.distributed import replicate
+from training.plugins import Plugin, active_plugins, param_groups
 from training.schedules import learning_rate_schedule
 
 PACKING_KEYS = ("src_segments", "tgt_segments", "src_positions", "tgt_positions")
 
 
-def build_model(cfg, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
-    """A `Transformer` from the experiment config, initialised from `train.seed`."""
+def build_model(cfg, src_vocab_size: int, tgt_vocab_size: int,
+                plugins: Sequence[Plugin] = ()) -> Transformer:
+    """The model of the experiment config, initialised from `train.seed`: a `Transformer`,
+    or the one a plug-in builds (training/plugins.py; at most one may)."""
     config = ModelConfig.from_config(cfg.model, src_vocab_size=src_vocab_size,
                                      tgt_vocab_size=tgt_vocab_size)
-    return Transformer(config, rngs=nnx.Rngs(cfg.train.seed))
+    rngs = nnx.Rngs(cfg.train.seed)
+    models = [m for m in (p.build_model(config, rngs) for p in plugins) if m is not None]
+    if len(models) > 1:
+        raise UserError("two plug-ins each build the model; switch one off")
+    return models[0] if models else Transformer(config, rngs=rngs)
 
 
 def create_train_state(cfg, src_vocab_size: int, tgt_vocab_size: int,
-                       mesh: Mesh | None = None) -> tuple[nnx.GraphDef, dict]:
+                       mesh: Mesh | None = None,
+                       plugins: Sequence[Plugin] | None = None) -> tuple[nnx.GraphDef, dict]:
     """The model's graph and a fresh train state (module docstring), replicated over
-    `mesh` when one is given. The one place a run's model and optimizer are set up."""
-    model = build_model(cfg, src_vocab_size, tgt_vocab_size)
+    `mesh` when one is given. The one place a run's model and optimizer are set up.
+    plugins: those `cfg` switches on (`active_plugins(cfg)`, the default)."""
+    plugins = active_plugins(cfg) if plugins is None else plugins
+    model = build_model(cfg, src_vocab_size, tgt_vocab_size, plugins)
     params = nnx.state(model, nnx.Param).to_pure_dict()
     state = {
         "step": jnp.zeros((), jnp.int32),
         "params": params,
-        "opt_state": build_optimizer(cfg.train).init(params),
+        "opt_state": build_optimizer(cfg.train, param_groups(plugins)).init(params),
         "nonfinite_step": jnp.full((), -1, jnp.int32),
     }
     return nnx.graphdef(model), (state if mesh is None else replicate(state, mesh))
 
 
-# Subtrees clipped apart (clip_apart): the alignment heads, and the layer they teach.
-HEAD_PARAMS = ("alignment_head", "alignment_reverse")
-STUDENT_PARAMS = ("alignment_student",)
+def clip_by_group_norm(max_norm: float,
+                       groups: Sequence[Sequence[str]] = ()) -> optax.GradientTransformation:
+    """`optax.clip_by_global_norm` on each group of the gradients apart: `groups` lists
+    top-level parameter names (a plug-in's `param_groups`), every other parameter forms
+    the first group. A plug-in trained on stop-gradient inputs then never shrinks the
+    translation model's update, nor it the plug-in's (one global norm would let the
+    plug-in's loss scale translation's step). Without groups it is
+    `optax.clip_by_global_norm` itself. The updates keep their container (a dict, or an
+    nnx.State)."""
+    if not groups:
+        return optax.clip_by_global_norm(max_norm)
+    index = {name: g for g, names in enumerate(groups, start=1) for name in names}
 
-
-def clip_apart(max_norm: float) -> optax.GradientTransformation:
-    """`optax.clip_by_global_norm` on the translation model's gradients and, apart, on the
-    alignment heads' (HEAD_PARAMS) and on the student's (STUDENT_PARAMS): the heads'
-    gradients never shrink translation's update, so with their stop-gradient inputs the
-    translation model trains exactly as without them (one global norm let the head's
-    loss scale translation's step), translation's never shrink theirs, and the student
-    never changes how its teachers train. Without heads it is clip_by_global_norm. The
-    updates keep their container (a dict, or an nnx.State)."""
     def update(updates, state, params=None):
         def group(path) -> int:  # by the top-level name (a dict key or a State's)
             name = getattr(path[0], "key", getattr(path[0], "name", None)) if path else None
-            return 1 if name in HEAD_PARAMS else 2 if name in STUDENT_PARAMS else 0
+            return index.get(name, 0)
 
         leaves = jax.tree_util.tree_leaves_with_path(updates)
-        norms = [optax.global_norm([u for path, u in leaves if group(path) == g])
-                 for g in range(3)]
+        norms = [optax.tree.norm([u for path, u in leaves if group(path) == g])
+                 for g in range(len(groups) + 1)]
 
-        def clip(path, u):  # as optax.clip_by_global_norm, per group
+        def clip(path, u):  # optax.clip_by_global_norm's formula, per group
             g = norms[group(path)]
-            return jnp.where(g < max_norm, u, (u / jnp.maximum(g, 1e-30)) * max_norm)
+            return jax.lax.select(g < max_norm, u, (u / g.astype(u.dtype)) * max_norm)
 
         return jax.tree_util.tree_map_with_path(clip, updates), state
 
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def build_optimizer(cfg_train) -> optax.GradientTransformation:
-    """AdamW with gradient clipping (the translation model's and the alignment heads'
-    apart, `clip_apart`); weight decay skips biases and layer-norm parameters."""
+def build_optimizer(cfg_train, groups: Sequence[Sequence[str]] = ()) -> optax.GradientTransformation:
+    """AdamW with gradient clipping (each of `groups` apart, `clip_by_group_norm`); weight
+    decay skips biases and layer-norm parameters."""
     def decay_mask(params):
         return jax.tree.map(lambda x: x.ndim > 1, params)
 
     return optax.chain(
-        clip_apart(cfg_train.grad_clip) if cfg_train.grad_clip > 0 else optax.identity(),
+        clip_by_group_norm(cfg_train.grad_clip, groups) if cfg_train.grad_clip > 0
+        else optax.identity(),
         optax.adamw(learning_rate_schedule(cfg_train), b1=cfg_train.adam_b1, b2=cfg_train.adam_b2,
                     eps=1e-9, weight_decay=cfg_train.weight_decay, mask=decay_mask),
     )
@@ -135,13 +147,12 @@ def symmetric_kl_sum(logits_p: jnp.ndarray, logits_q: jnp.ndarray,
 
 def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_rng=None,
                head_mask: dict | None = None, rdrop_alpha: float = 0.0,
-               align_prior_weight: float | jax.Array = 1.0,
-               align_agreement: float | jax.Array = 0.0):
+               plugins: Sequence[Plugin] = (), step: jax.Array | int = 0):
     """Mean loss over non-pad target tokens.
 
     batch: {"src": [B, S], "tgt_in": [B, T], "tgt_out": [B, T]} int32, plus the segments and
-    positions of data/packing.py when the rows are packed; head_mask: heads to keep or
-    remove, {kind: [L, H] or [L, B, H]} (models/transformer.py).
+    positions of data/packing.py when the rows are packed (and a plug-in's fields);
+    head_mask: heads to keep or remove, {kind: [L, H] or [L, B, H]} (models/transformer.py).
     Returns (mean smoothed loss, {"loss_sum", "nll_sum", "tokens"} float32 scalars).
 
     R-Drop (Liang et al. 2021), `rdrop_alpha` > 0: the batch runs twice in one forward pass
@@ -150,34 +161,17 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
     tokens, as in the authors' fairseq criterion, so their alpha values carry over. The sums
     then count both copies and add "rdrop_kl_sum". About twice a step's compute.
 
-    A model with an alignment head (alignment/head.py) adds the head's negative
-    log-likelihood (and its reverse head's, model.alignment_reverse, over the source
-    pieces) to the loss it returns and "align_nll_sum" to the sums; "loss_sum" and
-    "nll_sum" stay the translation's. The head's inputs are stop-gradient, so the
-    translation parameters get the same gradient as without it. `align_prior_weight` w
-    raises its prior to w (0: uniform, IBM model 1; `train.align_prior_ramp_steps`).
-    With the reverse head, `align_agreement` > 0 adds that times the negative
-    `alignment.head.agreement_log_likelihood` (the lexical tables trained on the
-    links both heads agree on; "align_agreement_sum" in the sums, one more forward-backward
-    pass of each chain; a traced weight, as the train step passes it with
-    `train.align_agreement_start`'s gate, always computes the term). With
-    model.alignment_student the loss adds the student's cross-entropies, its two readings
-    against the two heads' agreed posteriors, or, when the batch has "teacher_links"
-    (uint8 [B, T, S], data.teacher_links), against those links
-    (`alignment.student.link_teachers`); `student_cross_entropy`, weight 1,
-    "align_student_sum"; its stop-gradient inputs keep translation's gradient as is.
+    Each of `plugins` (training/plugins.py) adds its `aux_losses` of the batch at `step`
+    (the 0-based train step) to the summed loss and its sums to the returned ones;
+    "loss_sum" and "nll_sum" stay the translation's. Not with a head mask (which
+    measures translation alone).
     """
     if rdrop_alpha:
         batch = {k: jnp.concatenate([v, v]) for k, v in batch.items()}
     packing = {k: batch[k] for k in PACKING_KEYS if k in batch}
-    with_head = model.alignment_head is not None and head_mask is None
-    if with_head:
-        logits, head_ll, reverse_ll, terms = model.forward_with_alignment(
-            batch["src"], batch["tgt_in"], batch["tgt_out"], dropout_rng=dropout_rng,
-            prior_weight=align_prior_weight, **packing)
-    else:
-        logits, _ = model(batch["src"], batch["tgt_in"], dropout_rng=dropout_rng,
-                          head_mask=head_mask, **packing)
+    features = model.features(batch["src"], batch["tgt_in"], dropout_rng=dropout_rng,
+                              head_mask=head_mask, **packing)
+    logits = model.target_embed.logits(features.states)
     smoothed, nll = token_losses(logits, batch["tgt_out"], label_smoothing)
     weights = (batch["tgt_out"] != PAD_ID).astype(jnp.float32)
     tokens = jnp.sum(weights)
@@ -188,65 +182,39 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
         half = logits.shape[0] // 2
         sums["rdrop_kl_sum"] = symmetric_kl_sum(logits[:half], logits[half:], weights[:half])
         total = total + rdrop_alpha * sums["rdrop_kl_sum"]
-    if with_head:
-        sums["align_nll_sum"] = -jnp.sum(head_ll * weights)
-        if reverse_ll is not None:  # model.alignment_reverse: the source pieces' too
-            sums["align_nll_sum"] -= jnp.sum(reverse_ll * (batch["src"] != PAD_ID))
-        total = total + sums["align_nll_sum"]
-        agreement = reverse_ll is not None and (isinstance(align_agreement, jax.Array)
-                                                or bool(align_agreement))
-        student = terms.get("alignment_student_log_posterior")
-        links = batch.get("teacher_links") if student is not None else None
-        agreed = (agreed_pair(terms, batch["src"], batch["tgt_out"], align_prior_weight)
-                  if agreement or (student is not None and links is None) else None)
-        if agreement:
-            sums["align_agreement_sum"] = -agreement_log_likelihood(
-                terms, batch["src"], batch["tgt_out"], agreed=agreed)
-            total = total + align_agreement * sums["align_agreement_sum"]
-        if student is not None:  # taught by the links, else where the heads agree
-            teachers = agreed if links is None else link_teachers(links, batch["src"],
-                                                                  batch["tgt_out"])
-            real_tgt, real_src = ((batch[k] != PAD_ID) & (batch[k] != EOS_ID)
-                                  for k in ("tgt_out", "src"))
-            sums["align_student_sum"] = (
-                student_cross_entropy(student, teachers[0], real_tgt)
-                + student_cross_entropy(terms["alignment_student_reverse_log_posterior"],
-                                        teachers[1], real_src))
-            total = total + sums["align_student_sum"]
+    for plugin in plugins if head_mask is None else ():
+        loss, extra = plugin.aux_losses(model, batch, features, step)
+        sums.update(extra)
+        total = total + loss
     return total / jnp.maximum(tokens, 1.0), sums
 
 
 def make_train_step(graphdef: nnx.GraphDef, cfg_train,
-                    optimizer: optax.GradientTransformation | None = None):
+                    optimizer: optax.GradientTransformation | None = None,
+                    plugins: Sequence[Plugin] = ()):
     """The jit-compiled train step `(state, batch[, lr_scale]) -> (state, metrics)`; `state`
     is donated. `lr_scale`, a float32 scalar, multiplies the update (the learning rate and
     weight decay together): `budget_decay` of a "cosine_budget" run; None = 1, no multiply.
 
-    The optimizer is `build_optimizer(cfg_train)`, the one `create_train_state` initialised
-    (bench/step_profile.py passes another to compare state layouts).
+    The optimizer is `build_optimizer(cfg_train, param_groups(plugins))`, the one
+    `create_train_state` initialised (bench/step_profile.py passes another to compare state
+    layouts); `plugins` (training/plugins.py) add their losses (`batch_loss`).
 
     A step whose loss or gradient is not finite leaves the parameters untouched and
     records its number in `state["nonfinite_step"]`; the host checks it when it syncs
     anyway (logging, checkpointing), so there is no host round-trip per step.
     """
     base_key = jax.random.key(cfg_train.seed)
-    optimizer = optimizer or build_optimizer(cfg_train)
-    ramp = cfg_train.get("align_prior_ramp_steps", 0)  # configs from before the key: none
-    agreement = cfg_train.get("align_agreement", 0.0)
-    agreement_start = cfg_train.get("align_agreement_start", 0)
+    optimizer = optimizer or build_optimizer(cfg_train, param_groups(plugins))
 
     def step_fn(state: dict, batch: dict, lr_scale: jax.Array | None = None):
         dropout_rng = jax.random.fold_in(base_key, state["step"])
-        prior_weight = jnp.minimum(1.0, state["step"] / ramp) if ramp else 1.0
-        agreement_weight = (jnp.where(state["step"] >= agreement_start, agreement, 0.0)
-                            if agreement else 0.0)
 
         def loss_fn(params):
             model = nnx.merge(graphdef, params)
             return batch_loss(model, batch, cfg_train.label_smoothing, dropout_rng,
-                              rdrop_alpha=cfg_train.rdrop_alpha,
-                              align_prior_weight=prior_weight,
-                              align_agreement=agreement_weight)
+                              rdrop_alpha=cfg_train.rdrop_alpha, plugins=plugins,
+                              step=state["step"])
 
         (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         grad_norm = optax.global_norm(grads)
@@ -272,8 +240,7 @@ def make_eval_step(graphdef: nnx.GraphDef, label_smoothing: float):
     """Jitted `(params, batch) -> {"loss_sum", "nll_sum", "tokens"}` without dropout."""
     def eval_fn(params, batch):
         _, sums = batch_loss(nnx.merge(graphdef, params), batch, label_smoothing)
-        # Translation only: XLA drops the alignment terms' computation, whose outputs are
-        # unused (the compiled step's FLOP count equals a model's without the head).
+        # Translation only, no plug-in's losses: a plug-in's modules are not run.
         return {k: sums[k] for k in ("loss_sum", "nll_sum", "tokens")}
 
     return jax.jit(eval_fn)
