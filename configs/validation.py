@@ -6,6 +6,7 @@ import ml_collections
 from common.errors import UserError
 from configs.base import DATASETS, NORMALIZATIONS, SCHEDULES
 from configs.model import ModelConfig
+from configs.ranges import check_ranges
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
@@ -13,6 +14,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     data = config.data
     if data.dataset not in DATASETS:
         raise UserError(f"unknown dataset {data.dataset!r} (known: {', '.join(DATASETS)})")
+    check_ranges(config)  # every key's own range, in one table (configs/ranges.py)
     if data.source_lang == data.target_lang:
         raise UserError(f"data.source_lang and data.target_lang are both {data.source_lang!r}")
     choices = {"data.spm_model_type": (data.spm_model_type, ("unigram", "bpe")),

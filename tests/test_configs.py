@@ -426,3 +426,94 @@ def test_a_config_json_of_the_old_layout_reads_in_todays(tmp_path):
     assert load_config_json(tmp_path).to_dict() == json.loads(config_to_json(want))
     assert alignment_group.upgrade_legacy(json.loads(config_to_json(want))) == json.loads(
         config_to_json(want))  # today's layout: unchanged
+
+
+# --- every key's range (configs/ranges.py) -------------------------------------------
+
+def _outside(key: str) -> list:
+    """Values of `key`'s type just outside its range in configs/ranges.py (NaN too)."""
+    from configs import ranges
+
+    allowed, default = ranges.RANGES[key], resume.flatten_config(base.get_config())[key]
+    if isinstance(allowed, ranges.Choice):
+        return ["no-such-choice"]
+    if not isinstance(allowed, ranges.Interval):
+        return []
+    step = 1 if isinstance(default, int) else 0.5
+    kind = type(default)
+    values = [] if isinstance(default, int) else [float("nan")]
+    if allowed.low is not None:
+        values.append(kind(allowed.low) if allowed.low_open else kind(allowed.low - step))
+    if allowed.high is not None:
+        values.append(kind(allowed.high) if allowed.high_open else kind(allowed.high + step))
+    return values
+
+
+def _range_cases() -> list:
+    from configs import ranges
+
+    return [pytest.param(key, value, id=f"{key}={value}") for key in ranges.RANGES
+            for value in _outside(key)]
+
+
+# Values of the right type that mean nothing, each with what its error line must say.
+MEANINGLESS = [
+    ("train.max_minutes", -1.0, "train.max_minutes must be at least 0, got -1.0 (0 = no time"),
+    ("train.seed", 2**32, "train.seed must be in [0, 4294967295], got 4294967296"),
+    ("train.seed", -1, "train.seed must be in [0, 4294967295], got -1"),
+    ("train.learning_rate", 0.0, "train.learning_rate must be above 0, got 0.0"),
+    ("train.label_smoothing", 1.0, "train.label_smoothing must be in [0, 1), got 1.0"),
+    ("train.adam_b2", 1.0, "train.adam_b2 must be in [0, 1), got 1.0"),
+    ("data.character_coverage", 0.5, "data.character_coverage must be in [0.98, 1], got 0.5"),
+    ("data.valid_size", 0, "data.valid_size must be at least 1, got 0"),
+    ("checkpoint.keep", 0, "checkpoint.keep must be at least 1, got 0"),
+    ("eval.length_penalty", -0.6, "eval.length_penalty must be at least 0, got -0.6"),
+    ("train.schedule", "linear", "train.schedule must be one of inverse_sqrt, cosine,"),
+]
+
+
+def test_every_key_of_the_base_config_has_a_range():
+    from configs import ranges
+
+    assert set(ranges.RANGES) == set(resume.flatten_config(base.get_config()))
+
+
+@pytest.mark.parametrize("key, value, message", MEANINGLESS)
+def test_meaningless_values_are_refused_naming_the_key(key, value, message):
+    cfg = base.get_config()
+    group, name = key.split(".")
+    cfg[group][name] = value
+    with pytest.raises(UserError) as info:
+        validation.validate_config(cfg)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+@pytest.mark.parametrize("key, value", _range_cases())
+def test_every_value_outside_its_range_is_one_error_line_and_writes_nothing(
+        key, value, tmp_path, capsys):
+    """train.train on a config with one value just outside its range (or NaN, or an
+    unknown choice), run as the command line runs it: exit 2, one `error:` line naming
+    the key, no workdir."""
+    import train
+
+    cfg = base.get_config()
+    group, name = key.split(".")
+    cfg[group][name] = value
+    workdir = tmp_path / "run"
+    with pytest.raises(SystemExit) as info:
+        cli.main_guard(lambda argv: train.train(cfg, workdir))([])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(lines) == 1, lines
+    expected = "error: unknown dataset" if key == "data.dataset" else f"error: {key} must be "
+    assert lines[0].startswith(expected), lines[0]
+    assert not workdir.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("key, value", [
+    ("train.max_minutes", 0.0), ("train.seed", 2**32 - 1), ("data.character_coverage", 0.98),
+    ("eval.every_steps", 0), ("train.log_every_steps", 0), ("data.pack_length", 0)])
+def test_values_at_the_edge_of_their_range_are_accepted(key, value):
+    cfg = base.get_config()
+    group, name = key.split(".")
+    cfg[group][name] = value
+    validation.validate_config(cfg)
