@@ -99,13 +99,22 @@ line per input line) and the summary goes to stderr. A progress bar runs on stde
 
 Bad input (no checkpoint, damaged checkpoint, missing or non-UTF-8 file, mismatched
 line counts, a tokenizer that does not fit the checkpoint, ensemble members with another
-tokenizer, stdin for seed runs, an unfinished seed run) gives one `error: ...` line
-on stderr and exit code 2, before anything is written. Input files are checked before
-JAX is even imported, so such errors come back in about a second.
+tokenizer, an --ensemble member that is --workdir itself or given twice, stdin for seed
+runs, an unfinished seed run) gives one `error: ...` line on stderr and exit code 2,
+before anything is written: no eval/ folder appears until every check has passed and
+every checkpoint has been read. Input files are checked before JAX is even imported, so
+such errors come back in about a second.
+
+Writing into `<workdir>/eval/`, evaluate.py holds the workdir's lock, shared
+(common/workdir_lock.py): evaluations of one run go side by side, but a run that is
+being trained (train.py holds it) is refused in one line naming the training, and a
+training does not start while an evaluation writes. Runs that are only read (the
+--ensemble members) are not locked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -120,6 +129,7 @@ from absl import logging as absl_logging
 from common import cli
 from common.errors import UserError
 from common.files import prepare_output_folder, write_atomic
+from common.workdir_lock import WorkdirLock
 from configs import resolved
 from evaluation import seeds
 from evaluation.inputs import output_base, read_inputs
@@ -235,13 +245,82 @@ def evaluate(workdir: str | Path, **options) -> dict:
     """The whole evaluation of a run; returns the result JSON (module docstring), also
     written to `<workdir>/eval/`. `options` are `EvalOptions` fields, named like the flags.
 
-    Raises UserError for bad input before anything is written.
+    Raises UserError for bad input before anything is written, and when a training holds
+    the workdir (common/workdir_lock.py: evaluate.py writes there beside other
+    evaluations, never into a run being trained).
     """
     workdir, opts = Path(workdir), EvalOptions(**options)
     seed_runs = seeds.seed_runs_of(workdir)
     if seed_runs:
         return evaluate_seeds(workdir, seed_runs, opts)
-    members = [workdir, *map(Path, opts.ensemble)]  # the first one's maps are recorded
+    run = prepare(workdir, opts)
+    check_output_folder(workdir / EVAL_DIR)
+    with holding([workdir]):
+        return decode_and_write(run, prepare_output_folder(workdir / EVAL_DIR))
+
+
+def check_output_folder(folder: Path) -> None:
+    """Refuses a `folder` that a file is in the way of, before the lock is taken (taking
+    it touches the workdir) and without creating anything."""
+    for path in (folder, *folder.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise UserError(f"{path} is a file, not a folder")
+            return
+
+
+def holding(workdirs: list[Path]) -> contextlib.ExitStack:
+    """The shared locks of `workdirs` (this command writes their eval/), all held or
+    none: UserError naming the training that holds one."""
+    stack = contextlib.ExitStack()
+    with stack:
+        for workdir in workdirs:
+            stack.enter_context(WorkdirLock(
+                workdir, shared=True, purpose="evaluation",
+                hint="evaluate it once training has ended (its checkpoints may be deleted "
+                     "or its best step change meanwhile)"))
+        return stack.pop_all()
+
+
+@dataclasses.dataclass
+class Prepared:
+    """An evaluation whose every check has passed (`prepare`): inputs read, models loaded."""
+
+    workdir: Path
+    opts: EvalOptions
+    members: list[Path]  # --workdir, then the --ensemble runs
+    cfg: object  # the config of --workdir (ml_collections.ConfigDict)
+    inputs: object  # evaluation.inputs.Inputs
+    tokenizer: object
+    runs: list  # evaluation.loading.LoadedParams, one per member
+    model: object  # the model, or the ensemble of the members' models
+    name: str
+    beam_size: int
+    batch_size: int
+    length_penalty: float
+    load_seconds: float
+
+
+def check_ensemble_members(workdir: Path, ensemble: tuple[str, ...]) -> list[Path]:
+    """[--workdir, *--ensemble], refusing a member that is --workdir itself or given
+    twice (the same folder once paths are resolved): the ensemble of a model with itself
+    decodes that one model at twice the cost."""
+    members = [workdir, *map(Path, ensemble)]
+    seen: dict[Path, Path] = {}
+    for member in members:
+        real = member.resolve()
+        if real in seen:
+            what = "--workdir itself" if seen[real] == workdir else f"given twice ({seen[real]})"
+            raise UserError(f"--ensemble {member} is {what}: an ensemble of one model with "
+                            "itself decodes that model alone, at twice the cost")
+        seen[real] = member
+    return members
+
+
+def prepare(workdir: Path, opts: EvalOptions) -> Prepared:
+    """Every check of an evaluation (inputs, configs, tokenizers, the ensemble, the
+    checkpoints, read in full), with nothing written. UserError for bad input."""
+    members = check_ensemble_members(workdir, opts.ensemble)  # the first one's maps are recorded
     cfgs = [resolved.load_config_json(w) for w in members]
     cfg = cfgs[0]
     inputs = read_inputs(cfg, opts.split, opts.source, opts.reference, opts.max_sentences)
@@ -252,29 +331,39 @@ def evaluate(workdir: str | Path, **options) -> dict:
     for member in members:
         checkpoint_dir(member)
     beam_size = opts.beam_size or int(cfg.eval.beam_size)
-    batch_size = opts.batch_size or int(cfg.eval.batch_size)
-    length_penalty = (opts.length_penalty if opts.length_penalty is not None
-                      else float(cfg.eval.length_penalty))
-    bucket_step = int(cfg.data.bucket_step)
 
     # JAX is imported only now: bad input files are reported in about a second.
-    import jax
-
-    from evaluation.corpus import save_attention, score, summary_lines, translate_lines
     from models.ensemble import Ensemble
     from training.compilation import enable_compilation_cache
 
-    out_dir = prepare_output_folder(workdir / EVAL_DIR)  # read-only: fail before decoding
     enable_compilation_cache()
     load_start = time.perf_counter()
+    # Loading restores every array: a truncated or damaged checkpoint is refused here.
     runs = [load_params(w, opts.checkpoint, opts.average_last, cfg=c, tokenizer=t)
             for w, c, t in zip(members, cfgs, tokenizers, strict=True)]
-    loaded = runs[0]
     # One model is decoded as itself: the ensemble wrapper only when there are several.
-    model = loaded.model if len(runs) == 1 else Ensemble([run.model for run in runs])
+    model = runs[0].model if len(runs) == 1 else Ensemble([run.model for run in runs])
     load_seconds = time.perf_counter() - load_start
-    name = opts.name or default_name(inputs.base, checkpoint_label(loaded.steps), beam_size,
+    name = opts.name or default_name(inputs.base, checkpoint_label(runs[0].steps), beam_size,
                                      len(members))
+    return Prepared(
+        workdir=workdir, opts=opts, members=members, cfg=cfg, inputs=inputs,
+        tokenizer=tokenizer, runs=runs, model=model, name=name, beam_size=beam_size,
+        batch_size=opts.batch_size or int(cfg.eval.batch_size),
+        length_penalty=(opts.length_penalty if opts.length_penalty is not None
+                        else float(cfg.eval.length_penalty)),
+        load_seconds=load_seconds)
+
+
+def decode_and_write(run: Prepared, out_dir: Path) -> dict:
+    """Decodes a prepared evaluation, writes its files into `out_dir`; returns the result."""
+    import jax
+
+    from evaluation.corpus import save_attention, score, summary_lines, translate_lines
+
+    cfg, opts, inputs, tokenizer, name = run.cfg, run.opts, run.inputs, run.tokenizer, run.name
+    beam_size, batch_size, length_penalty = run.beam_size, run.batch_size, run.length_penalty
+    loaded, bucket_step = run.runs[0], int(cfg.data.bucket_step)
     if cfg.model.positions == "learned":
         longest = max(len(s) for s in tokenizer.encode_source(inputs.sources))
         if 1.5 * longest + 10 > cfg.model.max_positions:
@@ -282,10 +371,10 @@ def evaluate(workdir: str | Path, **options) -> dict:
                   f"than model.max_positions={cfg.model.max_positions} learned positions "
                   "degrade", file=sys.stderr)
 
-    hyps, timing = translate_lines(model, tokenizer, inputs.sources, beam_size=beam_size,
+    hyps, timing = translate_lines(run.model, tokenizer, inputs.sources, beam_size=beam_size,
                                    length_penalty=length_penalty, batch_size=batch_size,
                                    bucket_step=bucket_step, progress=True)
-    timing["load_seconds"] = load_seconds
+    timing["load_seconds"] = run.load_seconds
     files = {"hyp": str(out_dir / f"{name}.hyp.txt"), "json": str(out_dir / f"{name}.json")}
     # The translations are written the moment decoding ends: recording maps may take
     # long (or fail, or be interrupted) and must never hold them back.
@@ -295,7 +384,7 @@ def evaluate(workdir: str | Path, **options) -> dict:
         sys.stdout.flush()
     result = {
         "name": name,
-        "workdir": str(workdir),
+        "workdir": str(run.workdir),
         "split": inputs.split,
         "source": inputs.source_name,
         "reference": inputs.reference_name,
@@ -313,16 +402,16 @@ def evaluate(workdir: str | Path, **options) -> dict:
         "bleu": None,
         "chrf": None,
     }
-    if len(members) > 1:
-        result["ensemble"] = [str(w) for w in members]
-        result["checkpoint"]["member_steps"] = [run.steps for run in runs]
+    if len(run.members) > 1:
+        result["ensemble"] = [str(w) for w in run.members]
+        result["checkpoint"]["member_steps"] = [member.steps for member in run.runs]
     if inputs.references is not None:
         result.update(score(hyps, inputs.references, compat_lc_tok=opts.compat_lc_tok,
                             target_lang=cfg.data.target_lang))
     if opts.save_attention:
         start = time.perf_counter()
         path, attention_timing = save_attention(
-            model, tokenizer, inputs.sources, opts.save_attention, beam_size=beam_size,
+            run.model, tokenizer, inputs.sources, opts.save_attention, beam_size=beam_size,
             length_penalty=length_penalty, batch_size=batch_size, step=loaded.steps[-1],
             out_dir=out_dir, stem=f"{name}.attention", progress=True)
         timing["attention_seconds"] = time.perf_counter() - start
@@ -340,27 +429,34 @@ def evaluate(workdir: str | Path, **options) -> dict:
 def evaluate_seeds(parent: Path, runs: list[Path], opts: EvalOptions) -> dict:
     """`evaluate` of every seed run under `parent` with the same options, then their
     scores over seeds (evaluation/seeds.py) in `<parent>/eval/<name>.json` (module docstring);
-    returns that summary. Every run is checked before any is evaluated."""
+    returns that summary. Every run is checked, and its checkpoints loaded, before any is
+    evaluated (so the seeds' models are in memory together)."""
     if opts.ensemble:
         raise UserError(f"--ensemble takes training workdirs; {parent} is a parent of seed runs")
     if "-" in (opts.source, opts.reference):
         raise UserError(f"{parent} holds {len(runs)} seed runs: stdin ('-') can be read only "
                         "once, give --source a file")
     seeds.check_seed_runs(runs, opts.checkpoint)  # each whole (and done), or none evaluated
-    out_dir = prepare_output_folder(parent / EVAL_DIR)
-    results = [evaluate(run, **dataclasses.asdict(opts)) for run in runs]
-    first = results[0]
-    if len({tuple(r["checkpoint"]["steps"]) for r in results}) == 1:
-        label = checkpoint_label(first["checkpoint"]["steps"])
-    else:  # e.g. each seed's own best step
-        averaged = f"avg{opts.average_last}-" if opts.average_last else ""
-        label = averaged + first["checkpoint"]["requested"]
-    name = opts.name or default_name(output_base(opts.split, opts.source), label,
-                                     first["decoding"]["beam_size"])
-    summary = seeds.summary_record(results, name=name, workdir=str(parent),
-                                   json_path=out_dir / f"{name}.json",
-                                   seed_files=[r["files"]["json"] for r in results])
-    write_atomic(out_dir / f"{name}.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    prepared = [prepare(run, opts) for run in runs]
+    for folder in (parent, *runs):
+        check_output_folder(folder / EVAL_DIR)
+    with holding([parent, *runs]):
+        out_dir = prepare_output_folder(parent / EVAL_DIR)
+        results = [decode_and_write(run, prepare_output_folder(run.workdir / EVAL_DIR))
+                   for run in prepared]
+        first = results[0]
+        if len({tuple(r["checkpoint"]["steps"]) for r in results}) == 1:
+            label = checkpoint_label(first["checkpoint"]["steps"])
+        else:  # e.g. each seed's own best step
+            averaged = f"avg{opts.average_last}-" if opts.average_last else ""
+            label = averaged + first["checkpoint"]["requested"]
+        name = opts.name or default_name(output_base(opts.split, opts.source), label,
+                                         first["decoding"]["beam_size"])
+        summary = seeds.summary_record(results, name=name, workdir=str(parent),
+                                       json_path=out_dir / f"{name}.json",
+                                       seed_files=[r["files"]["json"] for r in results])
+        write_atomic(out_dir / f"{name}.json",
+                     json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     print("\n".join(seeds.summary_lines(summary)), flush=True)
     return summary
 

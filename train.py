@@ -30,6 +30,10 @@ Reliability:
   * Resume guard: before anything is written, the config is compared with
     `<workdir>/config.json` (configs/resume.py says which keys may change), and the
     training data and tokenizer with fingerprints saved in the checkpoint.
+  * One writer per run: once its checks have passed, a run holds its workdir (and a
+    --seeds parent) with a lock (common/workdir_lock.py) that the kernel drops when the
+    process dies; a second training, or an evaluate.py writing there, is refused in one
+    line naming the holder (pid, host, start time). Process 0 alone takes it.
   * User errors (bad config, corpus, checkpoint, ...) are one `error: ...` line on
     stderr, exit status 2, files untouched; --debug shows the traceback (and the
     orbax log, which --verbosity=0 shows too).
@@ -37,6 +41,7 @@ Reliability:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging as std_logging
 import math
@@ -52,6 +57,7 @@ from tqdm import tqdm
 from common import cli
 from common.errors import UserError
 from common.files import remove_stale_temp_files
+from common.workdir_lock import WorkdirLock
 from configs import resolved
 from configs.resolved import CONFIG_JSON, load_config_json, write_config_json
 from configs.resume import check_resume_config
@@ -91,13 +97,23 @@ from training.schedules import learning_rate_schedule
 from training.step import create_train_state, make_eval_step, make_train_step
 
 
-def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()) -> int:
+def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = (),
+          hold: tuple[WorkdirLock, ...] = ()) -> int:
     """Run (or resume) training in `workdir`; returns the process exit code (0, or 130/143
-    after SIGINT/SIGTERM). Raises UserError for bad input, before anything is written.
+    after SIGINT/SIGTERM). Raises UserError for bad input, before anything is written,
+    and when another process holds the workdir (common/workdir_lock.py).
 
     allow_config_change: dotted config keys that may differ from the run being resumed.
+    hold: more locks to take with the workdir's (unless held already) and keep: the
+    parent folder's of `train_seeds`, which lets it go.
     """
-    workdir = Path(workdir)
+    with contextlib.ExitStack() as held:  # the workdir's lock, let go however training ends
+        return _train(cfg, Path(workdir), allow_config_change, hold, held)
+
+
+def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
+           hold: tuple[WorkdirLock, ...], held: contextlib.ExitStack) -> int:
+    """`train`; the workdir's lock goes into `held` once every check has passed."""
     validate_config(cfg)
     plugins = active_plugins(cfg)  # word alignment, say (training/plugins.py); checks them
     enable_compilation_cache()
@@ -128,6 +144,7 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
         check_resume_inputs(LoopState.from_meta(ckpt.restore_meta(reader, latest)), latest,
                             workdir, corpus.data_sha256, fingerprints)
 
+    hold_workdir(workdir, checkpoint_dir, latest, hold, held)  # one writer from here on
     # 2. The data checks passed: the tokenizer and the encoded data are written (or read).
     tokenizer = cache.tokenizer(workdir / "tokenizer", cfg.data, source, corpus)
     src_ids, tgt_ids, dropped = cache.encoded(source, corpus, tokenizer, workdir / "tokenizer",
@@ -251,6 +268,40 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     return 0
 
 
+def hold_workdir(workdir: Path, checkpoint_dir: Path, latest: int | None,
+                 hold: tuple[WorkdirLock, ...], held: contextlib.ExitStack) -> None:
+    """Makes this run the one writer of `workdir` (the locks of `train`), before it
+    writes anything: UserError naming the holder if another process has it. Process 0
+    alone writes, so it alone takes the locks; the others learn whether it got them.
+
+    latest: the newest checkpoint step the checks saw. A run that saved a newer one
+    meanwhile (it ended between our checks and our lock) is refused too: the checks
+    were of a workdir that is no longer there.
+    """
+    refusal = ""
+    if jax.process_index() == 0:
+        try:
+            for lock in hold:
+                lock.acquire()  # let go by its owner
+            held.enter_context(WorkdirLock(workdir, purpose="training", hint=(
+                "one run has one writer: wait for it to end, or give another --workdir")))
+            on_disk = [int(p.name) for p in checkpoint_dir.iterdir() if p.name.isdigit()] \
+                if checkpoint_dir.is_dir() else []
+            if max(on_disk, default=None) != latest:
+                raise UserError(f"{workdir} changed while this command checked it (another "
+                                f"training saved step {max(on_disk)}); run the command again")
+        except UserError as e:
+            refusal = str(e)
+    if jax.process_count() > 1:  # every process stops, or none: a lone one would hang
+        from jax.experimental import multihost_utils
+
+        refused = multihost_utils.broadcast_one_to_all(jax.numpy.int32(bool(refusal)))
+        if refused and not refusal:
+            refusal = f"process 0 could not take {workdir} (its error line says why)"
+    if refusal:
+        raise UserError(refusal)
+
+
 def report_signal(name: str, step: int, on_disk: list[int], workdir: Path) -> None:
     """One line saying where a run stopped by `name` (SIGINT/SIGTERM) will resume;
     `on_disk` are the steps a resume will find (read back, not what was asked for)."""
@@ -273,13 +324,21 @@ def train_seeds(cfg, parent: str | Path, num_seeds: int, *,
     if (Path(parent) / CONFIG_JSON).is_file():
         raise UserError(f"{parent} holds a single training run (config.json); --seeds needs a "
                         "new --workdir or the parent of earlier --seeds runs")
-    for seed in range(num_seeds):
-        seeded = copy.deepcopy(cfg)  # the caller's config stays as it was
-        seeded.train.seed = seed
-        print(f"attnmt: seed {seed + 1} of {num_seeds}", file=sys.stderr, flush=True)
-        code = train(seeded, seed_workdir(parent, seed), allow_config_change=allow_config_change)
-        if code:
-            return code
+    # The parent is held too (taken by the first seed's `train` once its checks passed):
+    # a second --seeds run would train the same seeds, evaluate.py would summarize them.
+    lock = WorkdirLock(parent, purpose="training --seeds", hint=(
+        "one run has one writer: wait for it to end, or give another --workdir"))
+    try:
+        for seed in range(num_seeds):
+            seeded = copy.deepcopy(cfg)  # the caller's config stays as it was
+            seeded.train.seed = seed
+            print(f"attnmt: seed {seed + 1} of {num_seeds}", file=sys.stderr, flush=True)
+            code = train(seeded, seed_workdir(parent, seed),
+                         allow_config_change=allow_config_change, hold=(lock,))
+            if code:
+                return code
+    finally:
+        lock.release()
     return 0
 
 

@@ -258,9 +258,10 @@ def analyze_heads(workdir: str | Path, *, split: str = "valid", checkpoint: str 
     sources, targets = load_corpus(cfg.data, split)
     if max_sentences:
         sources, targets = sources[:max_sentences], targets[:max_sentences]
-    out_dir = prepare_output_folder(Path(out) if out else workdir / "eval" / "heads")
     enable_compilation_cache()
     loaded = load_params(workdir, checkpoint, cfg=cfg, tokenizer=tokenizer)
+    # Created only now that the checkpoint has loaded: a refused command leaves no folder.
+    out_dir = prepare_output_folder(Path(out) if out else workdir / "eval" / "heads")
     model, dims = loaded.model, _dims(loaded.model)
     batch_size = batch_size or int(cfg.eval.batch_size)
     start = time.perf_counter()

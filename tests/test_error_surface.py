@@ -5,7 +5,8 @@ subprocess on a table of bad inputs: user errors, OSErrors on user paths (missin
 folder given as a file, a path under a file, a read-only workdir) and library errors
 on user input (non-UTF-8 text, a truncated .npz, a corrupt config.json). Each must end
 with exit code 2 and exactly one `error: ` line, the last on stderr, with no traceback,
-and leave the files it was given unchanged.
+and leave the files it was given unchanged: byte for byte, and with no file or folder
+created, deleted or touched (a full listing with sizes, modification times and hashes).
 
 A read-only mount is a `sitecustomize.py` first on PYTHONPATH (writes below a folder
 raise OSError(EROFS)). The subprocesses run side by side (most of each is start-up).
@@ -14,6 +15,7 @@ raise OSError(EROFS)). The subprocesses run side by side (most of each is start-
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 from collections.abc import Callable
@@ -27,6 +29,7 @@ from conftest import REPO, run_module, run_script
 from test_mapfile import make_maps
 
 from attention.mapfile import ARRAY_NAMES
+from common.workdir_lock import WorkdirLock
 from data.corpora import DataError
 
 SMOKE = ("--config", "configs/smoke.py")
@@ -93,7 +96,7 @@ io.open = builtins.open = _open
 '''
 
 
-def snapshot(root: Path) -> dict[str, bytes] | None:
+def contents(root: Path) -> dict[str, bytes] | None:
     """Every file under `root` (relative path -> content); None if `root` does not exist."""
     if not root.exists():
         return None
@@ -101,6 +104,23 @@ def snapshot(root: Path) -> dict[str, bytes] | None:
         return {"": root.read_bytes()}
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file()}
+
+
+def snapshot(root: Path) -> dict[str, tuple] | None:
+    """Every file and folder under `root`, `root` included: relative path -> (kind, size,
+    modification time in ns, SHA-256 of a file's content); None if `root` does not exist.
+    A folder's time changes when an entry is created or deleted in it, so a file written
+    and removed again (a probe, a lock) shows too."""
+    if not root.exists():
+        return None
+
+    def entry(p: Path) -> tuple:
+        st = p.lstat()
+        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
+        return ("dir" if p.is_dir() else "file", st.st_size if p.is_file() else None,
+                st.st_mtime_ns, digest)
+
+    return {str(p.relative_to(root)): entry(p) for p in [root, *sorted(root.rglob("*"))]}
 
 
 @dataclass
@@ -126,6 +146,7 @@ class Setup:
         self.folder = root / "a_folder"
         self.folder.mkdir()
         self.maps = next(iter(sorted((smoke / "attention").glob("*.npz"))))
+        self.locks: list[WorkdirLock] = []
 
     def file(self, name: str, content: bytes) -> Path:
         path = self.root / name
@@ -136,6 +157,13 @@ class Setup:
     def copy(self, name: str) -> Path:
         """A private copy of the smoke workdir, for a case that may write."""
         return Path(shutil.copytree(self.smoke, self.root / name, symlinks=True))
+
+    def held(self, name: str, copy: bool = True) -> Path:
+        """A copy of the smoke workdir (or an empty folder) whose lock this test process
+        holds as a training would (released when the fixture ends)."""
+        folder = self.copy(name) if copy else self.root / name
+        self.locks.append(WorkdirLock(folder, purpose="training").acquire())
+        return folder
 
     def read_only(self, path: Path) -> dict[str, str]:
         """The environment in which every write below `path` fails with EROFS."""
@@ -177,6 +205,33 @@ def _on_copy(s: Setup, name: str, cli: str, flags: list[str], expect: tuple[str,
                 s.read_only(workdir) if read_only else {})
 
 
+def _truncated_checkpoint(s: Setup) -> dict[str, bytes]:
+    """The largest array file of the smoke run's step-40 checkpoint, cut in half."""
+    state = s.smoke / "checkpoints" / "40" / "state"
+    target = max((p for p in state.rglob("*") if p.is_file() and p.parent.name == "d"),
+                 key=lambda p: p.stat().st_size)
+    return {str(target.relative_to(s.smoke)): target.read_bytes()[: target.stat().st_size // 2]}
+
+
+def _ensemble(s: Setup, name: str, twice: bool) -> Case:
+    """evaluate.py with an --ensemble member that is --workdir itself (another spelling
+    of the path) or another run given twice."""
+    workdir = s.copy(name)
+    other = s.copy(f"{name}_other")
+    members = [str(other), str(other)] if twice else [f"{workdir}/../{name}"]
+    expect = f"given twice ({other})" if twice else "is --workdir itself"
+    return Case("evaluate.py", ["--workdir", str(workdir), *QUICK, "--ensemble",
+                                ",".join(members)], (expect, "twice the cost"), (workdir, other))
+
+
+def _held(s: Setup, name: str, cli: str, flags: list[str], copy: bool = True) -> Case:
+    """`cli --workdir W flags...` on a workdir whose lock this process holds as a
+    training: refused, naming this process."""
+    workdir = s.held(name, copy)
+    return Case(cli, ["--workdir", str(workdir), *flags],
+                (f"{workdir} is in use by pid {os.getpid()} on host", "training)"), (workdir,))
+
+
 def _inspect_map(s: Setup, case: str, expect: str) -> Case:
     """inspect on a bad map file in a folder of its own (no PNG may appear beside it)."""
     path = s.root / case / "maps.npz"
@@ -214,6 +269,18 @@ CASES: dict[str, Callable[[Setup], Case]] = {
                                                 expect=("model.d_model",)),
     "train: num_heads=3": lambda s: s.train_fresh("heads", "--config.model.num_heads=3", expect=(
         "model.d_model=32", "model.num_heads=3")),
+    # train.py: values of the right type that mean nothing (configs/ranges.py).
+    "train: max_minutes=-1": lambda s: s.train_fresh("budget", "--config.train.max_minutes=-1",
+                                                     expect=("train.max_minutes must be at least 0",
+                                                             "got -1.0")),
+    "train: seed=2**32": lambda s: s.train_fresh("seed", f"--config.train.seed={2**32}", expect=(
+        "train.seed must be in [0, 4294967295], got 4294967296",)),
+    "train: learning_rate=0": lambda s: s.train_fresh(
+        "lr", "--config.train.learning_rate=0", expect=("train.learning_rate must be above 0",)),
+    # train.py: one writer per run (common/workdir_lock.py).
+    "train: workdir in use": lambda s: _held(s, "train_held", "train.py", [*SMOKE]),
+    "train: --seeds parent in use": lambda s: _held(
+        s, "seeds_held", "train.py", [*SMOKE, "--seeds", "1"], copy=False),
     # train.py: the corpus.
     "train: corpus missing": lambda s: s.train_fresh(
         "missing", *TEXT, f"--config.data.train_source={s.root / 'no.de'}", expect=("no.de",)),
@@ -232,7 +299,7 @@ CASES: dict[str, Callable[[Setup], Case]] = {
         {"config.json": b'{"data": {"dataset": "multi30k", '}),
     "train: read-only resume": lambda s: _on_copy(
         s, "train_read_only", "train.py", [*SMOKE],
-        ("{workdir}/config.json", "read-only file system"), read_only=True),
+        ("{workdir}/.lock", "read-only file system"), read_only=True),
     # evaluate.py
     "evaluate: not a workdir": lambda s: Case("evaluate.py", ["--workdir", str(s.folder)],
                                               ("not a training workdir",), (s.folder,)),
@@ -254,8 +321,18 @@ CASES: dict[str, Callable[[Setup], Case]] = {
         s, "eval_file", "evaluate.py", QUICK, ("{workdir}/eval", "is a file, not a folder"),
         {"eval": b"a file where the eval folder goes\n"}),
     "evaluate: read-only workdir": lambda s: _on_copy(
-        s, "eval_read_only", "evaluate.py", QUICK, ("{workdir}/eval", "read-only file system"),
+        s, "eval_read_only", "evaluate.py", QUICK, ("{workdir}/.lock", "read-only file system"),
         read_only=True),
+    # evaluate.py: nothing (no eval/ folder) before every check has passed.
+    "evaluate: missing checkpoint step": lambda s: _on_copy(
+        s, "eval_step", "evaluate.py", [*QUICK, "--checkpoint", "7"],
+        ("checkpoint '7' not found", "saved steps: [20, 40]")),
+    "evaluate: truncated checkpoint": lambda s: _on_copy(
+        s, "eval_truncated", "evaluate.py", QUICK, ("truncated or damaged",),
+        _truncated_checkpoint(s)),
+    "evaluate: ensemble of itself": lambda s: _ensemble(s, "ens_self", twice=False),
+    "evaluate: ensemble member twice": lambda s: _ensemble(s, "ens_twice", twice=True),
+    "evaluate: workdir being trained": lambda s: _held(s, "eval_held", "evaluate.py", QUICK),
     # python -m attention.inspect
     "inspect: map file missing": lambda s: Case("attention.inspect", [str(s.root / "no.npz")],
                                                 ("no.npz",)),
@@ -289,6 +366,10 @@ CASES: dict[str, Callable[[Setup], Case]] = {
         "attention.align", ["--workdir", str(s.smoke), "--pairs",
                                str(s.file("bad.de-en", NOT_UTF8)), "--gold", str(GOLD)],
         ("bad.de-en", "UTF-8")),
+    "align: --plot folder before the checks": lambda s: Case(
+        "attention.align", ["--workdir", str(s.smoke), "--pairs", str(s.root / "no"),
+                            "--gold", str(GOLD), "--plot", str(s.root / "align_plots" / "a.png")],
+        ("no",), (s.root / "align_plots",)),
     "align: corrupt config.json": lambda s: _on_copy(
         s, "aer_corrupt", "attention.align", AER_FILES, ("{workdir}/config.json",
                                                             "invalid JSON"), {"config.json": b"{"}),
@@ -301,6 +382,9 @@ CASES: dict[str, Callable[[Setup], Case]] = {
     "heads: corrupt config.json": lambda s: _on_copy(
         s, "heads_corrupt", "attention.heads", ["--max_sentences", "4"],
         ("{workdir}/config.json", "invalid JSON"), {"config.json": b"{"}),
+    "heads: missing checkpoint step": lambda s: _on_copy(
+        s, "heads_step", "attention.heads", ["--checkpoint", "7", "--max_sentences", "4"],
+        ("checkpoint '7' not found",)),
     "heads: read-only workdir": lambda s: _on_copy(
         s, "heads_read_only", "attention.heads", ["--max_sentences", "4"],
         ("{workdir}/eval", "read-only file system"), read_only=True),
@@ -326,7 +410,7 @@ def surface(smoke_workdir, tmp_path_factory):
     s = Setup(tmp_path_factory.mktemp("surface"), smoke_workdir)
     cases = {key: build(s) for key, build in CASES.items()}
     leftovers = s.copy("leftovers")
-    clean = snapshot(leftovers)
+    clean = contents(leftovers)  # a resume rewrites config.json: same bytes, a new time
     for name in LEFTOVER_FILES:
         (leftovers / name).write_bytes(b"half a file")
     for name in LEFTOVER_FOLDERS:
@@ -344,7 +428,9 @@ def surface(smoke_workdir, tmp_path_factory):
     out = {key: (case, results[key], before[key]) for key, case in cases.items()}
     out["leftovers"] = (leftovers, results["leftovers"], clean)
     out["debug"] = (None, results["debug"], None)
-    return out
+    yield out
+    for lock in s.locks:  # held until the cases' folders have been compared
+        lock.release()
 
 
 @pytest.mark.parametrize("case_id", list(CASES))
@@ -376,7 +462,7 @@ def test_resume_removes_temp_files_and_folders_left_by_a_kill(surface):
     for name in (*LEFTOVER_FILES, *LEFTOVER_FOLDERS):
         assert not (workdir / name).exists(), name
     (workdir / LIVE).unlink()  # still there
-    assert snapshot(workdir) == clean
+    assert contents(workdir) == clean  # and no lock file left behind
 
 
 @pytest.mark.parametrize("settings, message", [

@@ -1,4 +1,5 @@
-"""Reliability: crash safety, signals, NaN guard, resume guard and damaged checkpoints.
+"""Reliability: crash safety, signals, NaN guard, resume guard, damaged checkpoints and
+one writer per workdir (common/workdir_lock.py: two trainings at once, a killed holder).
 
 Every fault here is real: a train.py subprocess is killed (SIGKILL) while an orbax save
 is in progress, inside validation and between steps, or stopped with SIGINT/SIGTERM,
@@ -11,9 +12,11 @@ config, corpus, map files, paths) is tested in tests/test_error_surface.py.
 
 import gzip
 import json
+import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +28,7 @@ from conftest import REPO, run_script
 from test_train import final_params, flat
 
 from common.errors import UserError
+from common.workdir_lock import WorkdirLock, read_holder
 from configs import smoke
 from configs.resume import check_resume_config
 
@@ -368,3 +372,110 @@ def test_no_pickle_anywhere():
     offenders = [str(p) for p in sources
                  if p != Path(__file__) and pattern.search(p.read_text(encoding="utf-8"))]
     assert not offenders
+
+
+# --- one writer per run -------------------------------------------------------------
+
+def test_workdir_lock_one_exclusive_or_many_shared_holders(tmp_path):
+    """flock locks belong to an open file, so two holders in this process behave as two
+    processes would: a second exclusive holder, or any holder beside an exclusive one, is
+    refused naming the holder; shared holders share; the last to leave deletes the file."""
+    workdir = tmp_path / "run"
+    with WorkdirLock(workdir, purpose="training"):
+        record = read_holder(workdir)
+        assert record["pid"] == os.getpid() and record["host"] == socket.gethostname()
+        for shared in (False, True):
+            with pytest.raises(UserError, match=rf"^{re.escape(str(workdir))} is in use by pid "
+                                                rf"{os.getpid()} on host .+ since .+ \(.*training\); "
+                                                r"wait$"):
+                WorkdirLock(workdir, shared=shared, hint="wait").acquire()
+    assert not workdir.exists()  # the lock made the folder; empty, it went with the lock
+    workdir.mkdir()
+    first = WorkdirLock(workdir, shared=True, purpose="evaluation").acquire()
+    second = WorkdirLock(workdir, shared=True, purpose="evaluation").acquire()
+    with pytest.raises(UserError, match="evaluation"):
+        WorkdirLock(workdir).acquire()
+    first.release()
+    assert (workdir / ".lock").exists()  # the second one still holds it
+    second.release()
+    assert not (workdir / ".lock").exists()
+
+
+def test_workdir_lock_left_by_a_killed_holder_is_free(tmp_path):
+    """A holder killed with SIGKILL leaves its lock file, unlocked: the next one takes it."""
+    workdir = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from common.workdir_lock import WorkdirLock; "
+        f"WorkdirLock({str(workdir)!r}).acquire(); print('held', flush=True); time.sleep(60)")],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError, match=f"in use by pid {holder.pid} "):
+            WorkdirLock(workdir).acquire()
+    finally:
+        holder.kill()
+        holder.wait(timeout=TIMEOUT)
+    assert read_holder(workdir)["pid"] == holder.pid  # its record is still there
+    with WorkdirLock(workdir):
+        assert read_holder(workdir)["pid"] == os.getpid()
+
+
+def test_two_trainings_of_one_workdir_at_once_one_runs_and_the_other_is_refused(tmp_path):
+    workdir = tmp_path / "twice"
+    args = [*SMOKE, "--workdir", str(workdir), "--config.train.num_steps=10",
+            "--config.eval.every_steps=10", "--config.checkpoint.every_steps=10"]
+    with Training(args, tmp_path / "a.log") as a, Training(args, tmp_path / "b.log") as b:
+        codes = {run: run.proc.wait(timeout=TIMEOUT) for run in (a, b)}
+    assert sorted(codes.values()) == [0, 2], [run.stderr()[-2000:] for run in (a, b)]
+    winner, loser = (a, b) if codes[a] == 0 else (b, a)
+    lines = loser.stderr().strip().splitlines()
+    assert len(lines) == 1, loser.stderr()[-3000:]
+    assert re.fullmatch(rf"error: {re.escape(str(workdir))} is in use by pid {winner.proc.pid} "
+                        rf"on host {re.escape(socket.gethostname())} since .+ "
+                        r"\(train\.py, training\); one run has one writer: .+", lines[0]), lines[0]
+    assert "starting" in winner.stderr()
+    logged = events(workdir)  # one writer's events: none twice
+    assert len(logged) == len(set(logged)) and (10, "train") in logged
+    assert saved_steps(workdir) == [10] and not (workdir / ".lock").exists()
+
+
+@pytest.mark.slow
+def test_a_training_killed_with_sigkill_never_leaves_its_workdir_locked(tmp_path):
+    """While a training runs a second start is refused naming it; once it is killed
+    (SIGKILL: no clean-up of its own) the same command resumes it."""
+    workdir = tmp_path / "killed"
+    args = [*SMOKE, "--workdir", str(workdir), "--config.checkpoint.every_steps=5",
+            "--config.eval.every_steps=1000", "--config.train.num_steps=1000"]
+    with Training(args, tmp_path / "holder.log") as run:
+        run.wait_for("a first checkpoint", lambda: saved_steps(workdir))
+        before = snapshot(workdir / "tokenizer")
+        refused = run_script("train.py", *args, timeout=TIMEOUT)
+        assert_one_line_error(refused, 2, f"{workdir} is in use by pid {run.proc.pid} on host")
+        assert run.send(signal.SIGKILL) == -signal.SIGKILL
+    assert read_holder(workdir)["pid"] == run.proc.pid and snapshot(workdir / "tokenizer") == before
+    saved = saved_steps(workdir)[-1]
+    resumed = train(*args[2:], f"--config.train.num_steps={saved + 2}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from step {saved} " in resumed.stderr
+    assert saved_steps(workdir)[-1] == saved + 2 and not (workdir / ".lock").exists()
+
+
+def test_training_is_refused_while_an_evaluation_writes_into_the_workdir(trained):
+    with WorkdirLock(trained, shared=True, purpose="evaluation"):
+        before = snapshot(trained)
+        result = train("--workdir", str(trained))
+        assert_one_line_error(result, 2, f"{trained} is in use by pid {os.getpid()}",
+                              "evaluation)")
+        assert snapshot(trained) == before
+    assert not (trained / ".lock").exists()
+
+
+def test_evaluations_share_a_workdir(trained):
+    """Another evaluation holding the workdir (shared) does not stop this one."""
+    with WorkdirLock(trained, shared=True, purpose="evaluation"):
+        result = run_script("evaluate.py", "--workdir", str(trained), "--split", "valid",
+                            "--max_sentences", "2", timeout=TIMEOUT)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert (trained / ".lock").exists()  # ours: the evaluation was not the last holder
+    assert (trained / "eval" / "valid.step40.greedy.json").is_file()
+    assert not (trained / ".lock").exists()
