@@ -73,7 +73,7 @@ from evaluation.corpus import validate
 from evaluation.seeds import seed_workdir, seed_workdirs
 from training import checkpoint as ckpt
 from training.compilation import CompileTimer, enable_compilation_cache
-from training.distributed import initialize_distributed, make_mesh, shard_batch
+from training.distributed import device_batches, initialize_distributed, make_mesh
 from training.hooks import (
     BudgetClock,
     Hook,
@@ -195,8 +195,9 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     train_step = make_train_step(graphdef, cfg.train, plugins=plugins)
     eval_step = make_eval_step(graphdef, cfg.train.label_smoothing)
     stop = StopRequest()
-    batches = prefetch(pack_batches(batcher.iterate(loop.epoch, loop.batch_index),
-                                    cfg.data.pack_length, math.lcm(8, mesh.size)))
+    batches = prefetch(device_batches(pack_batches(batcher.iterate(loop.epoch, loop.batch_index),
+                                                   cfg.data.pack_length, math.lcm(8, mesh.size)),
+                                      mesh))
     budget = f" (stops after {cfg.train.max_minutes:g} min)" if cfg.train.max_minutes else ""
     progress = tqdm(total=cfg.train.num_steps, initial=step, dynamic_ncols=True,
                     disable=jax.process_index() != 0, desc=f"train{budget}", mininterval=5)
@@ -229,10 +230,9 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     try:
         while step < cfg.train.num_steps:
             waiting = time.perf_counter()
-            epoch, index, batch = next(batches)
+            epoch, index, tokens, batch = next(batches)
             input_wait = time.perf_counter() - waiting
-            tokens = batch.pop("num_tokens")
-            state, metrics = train_step(state, shard_batch(batch, mesh), clock.factor())
+            state, metrics = train_step(state, batch, clock.factor())
             step += 1
             loop.epoch, loop.batch_index = epoch, index + 1  # where to resume
             loop.train_seconds = train_seconds()

@@ -1,6 +1,8 @@
 """Data parallelism over every local device (jax.sharding) and several processes
 (jax.distributed): the mesh, replicated state and sharded batches."""
 
+from collections.abc import Iterable, Iterator
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -51,3 +53,13 @@ def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array
         return jax.make_array_from_process_local_data(sharding, local, x.shape)
 
     return {k: put(v) for k, v in batch.items() if isinstance(v, np.ndarray) and v.ndim >= 1}
+
+
+def device_batches(batches: Iterable[tuple[int, int, dict]], mesh: Mesh) -> Iterator[tuple]:
+    """(epoch, index, batch) -> (epoch, index, target tokens, batch on the mesh): run
+    inside the input pipeline's prefetch thread (data/batching.py `prefetch`), so each
+    batch's host-to-device copy is made while the device still runs the previous step
+    instead of on the loop's critical path. The host batch's "num_tokens" comes apart."""
+    for epoch, index, batch in batches:
+        tokens = batch.pop("num_tokens")
+        yield epoch, index, tokens, shard_batch(batch, mesh)
