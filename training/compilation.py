@@ -12,9 +12,22 @@ DEFAULT_CACHE_DIR = Path.home() / ".cache" / "attnmt" / "xla"
 
 def enable_compilation_cache() -> None:
     """Reuse compiled XLA programs across runs (resume, evaluate, alignment): seconds instead
-    of minutes. The folder is $JAX_COMPILATION_CACHE_DIR, else ~/.cache/attnmt/xla."""
-    jax.config.update("jax_compilation_cache_dir",
-                      os.environ.get("JAX_COMPILATION_CACHE_DIR", str(DEFAULT_CACHE_DIR)))
+    of minutes. The folder is $JAX_COMPILATION_CACHE_DIR, else ~/.cache/attnmt/xla; one that
+    cannot be created or written leaves the cache off (compiling as without it) rather than
+    failing a run. Every program is kept, not only those JAX's default thresholds keep
+    (over a second of compiling): a tiny model's programs compile faster than that on a CPU,
+    yet a run compiles dozens of them."""
+    folder = Path(os.environ.get("JAX_COMPILATION_CACHE_DIR", str(DEFAULT_CACHE_DIR)))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        writable = os.access(folder, os.W_OK | os.X_OK)
+    except OSError:
+        writable = False
+    if not writable:
+        return
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 class CompileTimer:
