@@ -40,11 +40,11 @@ TOP_PER_DIRECTION = 5  # each direction's best settings combined by --select
 # The joint reading's settings where neither given nor stored: the word map, heads' links
 # where the geometric mean of their posteriors is >= 0.3, transitions raised to 0.25. What
 # --select chose on the RWTH dev pairs for both runs of configs/align_de_en.py measured
-# (2026-11-25; on all 508 pairs, W 0.5 or a threshold of 0.25-0.4 was at most 0.7 AER
+# (on all 508 pairs, W 0.5 or a threshold of 0.25-0.4 was at most 0.7 AER
 # worse), so a run of another language pair without gold links to select on reads its
 # heads the way that works, not the forward head's argmax (about 6 AER worse there). The
 # mean of the heads' and the eflomal-taught student's joint readings (HEADS_AND_STUDENT_LAYER)
-# selected the same settings (2026-11-26).
+# selected the same settings.
 JOINT_READING = {"words": True, "threshold": 0.3, "prior_weight": 0.25}
 
 

@@ -1,4 +1,4 @@
-"""Word alignment of any bitext with a trained model's cross-attention (issue 16).
+"""Word alignment of any bitext with a trained model's cross-attention.
 
     python -m attention.align --workdir W (--pairs FILE | --source F --target F)
         [--gold gold.talp] [--reverse_workdir W2]

@@ -29,7 +29,7 @@ chain leaves NULL by the prior alone). Its likelihood is the forward algorithm
 (`hmm_log_likelihood`); its posterior is read by forward-backward
 (alignment/forced.py). In the statistical aligners this chain is what takes IBM
 model 1's 55.6 AER to 38.3 on the RWTH German-English gold set (eflomal -m 1 vs -m 2 on
-the same text, 2026-11-25); the mixture's prior alone gains ~1.5.
+the same text); the mixture's prior alone gains ~1.5.
 
 With `alignment.attention_prior=False` the chain has no prior attention: its
 transitions are softmax_i(jump(i - i')), a classical HMM aligner whose lexical table is

@@ -1,4 +1,4 @@
-"""An outside aligner's word links as the teacher of the alignment student (issue 16).
+"""An outside aligner's word links as the teacher of the alignment student.
 
 Garg et al. (2019) taught their alignment layer GIZA++'s links; here eflomal's, made
 from the very text the model trains on and symmetrised by grow-diag-final-and. A

@@ -1,4 +1,4 @@
-"""Word-alignment peers side by side (issue 16): eflomal (and fast_align) against
+"""Word-alignment peers side by side: eflomal (and fast_align) against
 attnmt's cross-attention links, on the same gold pairs, scored in the same run.
 
     python bench/alignment_peers.py [--pairs P] [--gold G] [--workdir W

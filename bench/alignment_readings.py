@@ -1,4 +1,4 @@
-"""Fixed readings of the alignment heads over a run's checkpoints (issue 16): how a
+"""Fixed readings of the alignment heads over a run's checkpoints: how a
 recipe's alignments move with training, one table row per (run, checkpoint).
 
     python bench/alignment_readings.py --workdir W [--workdir W2 ...] [--steps 500,1000]

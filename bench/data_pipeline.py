@@ -124,7 +124,7 @@ def pipeline_rates(cfg, batches: int = 300) -> dict[str, float]:
     """Batches/s of the cached data through the input pipeline alone, in this process:
     `attnmt` is train.py's (TrainBatcher + packing when the config packs, in a prefetch
     thread); `grain_threads` the same batches through grain's MapDataset with 2 reader
-    threads (when grain is installed: the candidate replacement of issue 18)."""
+    threads (when grain is installed: a candidate replacement)."""
     import math
 
     from data.batching import TrainBatcher, prefetch

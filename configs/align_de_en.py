@@ -1,4 +1,4 @@
-"""Word alignment of German-English (issue 16): a translation model trained for its
+"""Word alignment of German-English: a translation model trained for its
 cross-attention, on the Multi30k training pairs plus the bitext to align, here the 508
 RWTH gold sentence pairs *without their links* (as fast_align / eflomal / GIZA++
 evaluations add the test bitext); the gold links only score (`python -m attention.align
@@ -48,36 +48,14 @@ Without a `--select` of its own (no gold links to choose on), the command reads 
 heads' and the student's joint posteriors the way the German-English runs selected
 (`alignment.aligner.JOINT_READING`).
 
-The model is the CPU recipe's (configs/multi30k_de_en_cpu.py: 4+4 layers, d_model 128,
-dropout 0.2; its settings stated here over configs/multi30k_de_en.py's, a step budget in
-place of its time budget) with room for Europarl-length sentences (the gold pairs have up to 40 words, ~70
-pieces a side): max_length 160, learned nothing position-specific (sinusoidal), an
-8,000-piece vocabulary that case-folds (`data.spm_normalization = "nmt_nfkc_cf"`: the
-aligners' lowercasing, done by the tokenizer, so `attention.align` takes text as it is), plus
-the alignment heads (alignment/head.py): an HMM over source positions moved by
-learned jump-width biases with a neural lexical table t(y | x) -- the prior attention
-from the decoder state left out, since it collapsed onto the final "." early and read
-worse than the jumps alone at every step measured -- and its twin of the other direction
-(t(x | y), an HMM over target positions), both on stop-gradient inputs and clipped apart
-from translation, so the translation model trains as without them; their transitions
-ramp in over the first 500 steps (IBM model 1 first), and from then on their lexical
-tables are trained to agree (`alignment.agreement`, Liang et al. 2006). Beside them an
-alignment layer that reads the translation model's states and the heads' lexical tables
-(alignment/student.py) is taught eflomal's symmetrised links of the same text
-(`alignment.teacher_links`, Garg et al. 2019's supervision; alignment/teacher_links.py), and
-the links are read from the mean of the heads' and the student's joint posteriors. About
-1.7-2.2 s per step alone on the 2-core development machine (2026-11-25/26; the heads
-cost ~60% of that; agreement and the student little); the same command resumes across
-sessions.
+The model is the CPU recipe's Transformer-tiny with room for Europarl-length sentences
+(max_length 160), a case-folding 8,000-piece vocabulary, and the alignment plug-in
+(alignment/plugin.py): an HMM head and its reverse twin trained to agree, and a student
+layer taught eflomal's links; docs/alignment.md describes each part and how it was chosen.
 
-Expected (README, Word alignment, and docs/alignment.md; 2026-11-26, 2-core CPU): 32.4
-AER on all 508 gold pairs at step 1,500 (dev 34.6, other 408 31.8; `--select`: the mean
-of the heads' and the student's joint readings, threshold 0.3, word map, W 0.25); 32.8
-at 1,000 at a fixed reading; eflomal on the usual text in the same bench run 35.5
-symmetrised. Without the student (the heads' joint reading alone) this file selected
-34.2 at step 1,500 (2026-11-25). Cost: 54 min to 1,600 steps on that CPU, sharing it
-with the tests part of the time (the curve is nearly flat after 1,000 steps); the full
-8,000 steps ~4-5 h.
+Expected: 32.4 AER on the 508 RWTH gold pairs at step 1,500 (eflomal 35.5 on the same
+text; docs/alignment.md). Cost: about 2 s per step on a 2-core CPU, an hour to 1,600
+steps (the curve is nearly flat after 1,000); the same command resumes.
 """
 
 import re

@@ -1,4 +1,4 @@
-"""The alignment command `python -m attention.align` and `align` / `select` (issue 16), end
+"""The alignment command `python -m attention.align` and `align` / `select`, end
 to end on the smoke model (de->en) and a smoke model of the other direction (en->de).
 
 The smoke models learn next to nothing: these tests check the contract (one Pharaoh line

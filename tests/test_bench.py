@@ -1,4 +1,4 @@
-"""Smoke checks of bench/ (issue 6): the scripts run and write their keys, and the
+"""Smoke checks of bench/: the scripts run and write their keys, and the
 synthetic comparison batches follow their rules. No timing is asserted anywhere.
 
 That the train step does not recompile after warm-up is asserted by counting jit cache
