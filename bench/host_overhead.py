@@ -15,8 +15,11 @@ on a micro model whose compute is negligible (what is left is the loop's own cos
    `--steps` batches of the same pipeline (bench/train_throughput.py `multi30k_batches`),
    placed on the device beforehand, every shape compiled before timing; one sync at the
    end: `bare_ms_per_step`.
-`ratio` = loop / bare (1.0 = the loop costs nothing over its steps). `--profile` runs
-the loop under cProfile and keeps the functions with the most own time (`profile_top`).
+`ratio` = loop / bare (1.0 = the loop costs nothing over its steps). `--repeat N` measures
+both N times, alternating (this CPU's speed drifts by +-20% between runs), and reports
+the medians, every run kept in `runs`. `--profile` runs the loop under cProfile (which
+slows it: use it to see where the time goes, not for the ratio) and keeps the functions
+with the most own time (`profile_top`).
 """
 
 from __future__ import annotations
@@ -101,18 +104,24 @@ def bare_ms_per_step(cfg, steps: int, cache_dir: Path) -> float:
 
 
 def run(args: argparse.Namespace) -> dict:
+    import statistics
+
     import jax
 
     cfg = micro_config(args.log_every, args.steps)
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg.data.cache_dir = str(Path(tmp) / "data_cache")
-        loop, top = loop_ms_per_step(cfg, Path(tmp) / "run", args.log_every, args.steps,
-                                     args.profile)
-        bare = bare_ms_per_step(cfg, args.steps, Path(tmp) / "bench_cache")
-    return {"loop_ms_per_step": loop, "bare_ms_per_step": bare, "ratio": loop / bare,
-            "steps": args.steps, "batch_tokens": cfg.train.batch_tokens,
+    runs, top = [], []
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg.data.cache_dir = str(Path(tmp) / "data_cache")
+            loop, top = loop_ms_per_step(cfg, Path(tmp) / "run", args.log_every, args.steps,
+                                         args.profile)
+            bare = bare_ms_per_step(cfg, args.steps, Path(tmp) / "bench_cache")
+        runs.append({"loop_ms_per_step": loop, "bare_ms_per_step": bare, "ratio": loop / bare})
+    return {**{key: statistics.median(r[key] for r in runs)
+               for key in ("loop_ms_per_step", "bare_ms_per_step", "ratio")},
+            "runs": runs, "steps": args.steps, "batch_tokens": cfg.train.batch_tokens,
             "model": "d_model 16, 1+1 layers, 2 heads, d_ff 32, vocab 200",
-            "pack_length": cfg.data.pack_length, "profile_top": top,
+            "pack_length": cfg.data.pack_length, "profiled": args.profile, "profile_top": top,
             "device": str(jax.devices()[0].device_kind), "cpu": platform.processor() or
             platform.machine(), "time": time.time()}
 
@@ -121,12 +130,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--log_every", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     result = run(args)
-    print(f"loop {result['loop_ms_per_step']:.2f} ms/step, bare {result['bare_ms_per_step']:.2f} "
-          f"ms/step, ratio {result['ratio']:.2f}")
+    for r in result["runs"]:
+        print(f"loop {r['loop_ms_per_step']:.2f} ms/step, bare {r['bare_ms_per_step']:.2f} "
+              f"ms/step, ratio {r['ratio']:.2f}")
+    print(f"median: loop {result['loop_ms_per_step']:.2f}, bare {result['bare_ms_per_step']:.2f}, "
+          f"ratio {result['ratio']:.2f}")
     for line in result["profile_top"]:
         print(line)
     if args.json:
