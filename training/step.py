@@ -191,10 +191,13 @@ def batch_loss(model: Transformer, batch: dict, label_smoothing: float, dropout_
 
 def make_train_step(graphdef: nnx.GraphDef, cfg_train,
                     optimizer: optax.GradientTransformation | None = None,
-                    plugins: Sequence[Plugin] = ()):
+                    plugins: Sequence[Plugin] = (), *, jit: bool = True):
     """The jit-compiled train step `(state, batch[, lr_scale]) -> (state, metrics)`; `state`
     is donated. `lr_scale`, a float32 scalar, multiplies the update (the learning rate and
     weight decay together): `budget_decay` of a "cosine_budget" run; None = 1, no multiply.
+    `jit=False` gives the step function itself, whose fourth argument `base_key` (a typed
+    PRNG key, default `jax.random.key(cfg_train.seed)`) seeds the dropout keys:
+    training/together.py vmaps it over seeds, each with its own key.
 
     The optimizer is `build_optimizer(cfg_train, param_groups(plugins))`, the one
     `create_train_state` initialised (bench/step_profile.py passes another to compare state
@@ -207,7 +210,8 @@ def make_train_step(graphdef: nnx.GraphDef, cfg_train,
     base_key = jax.random.key(cfg_train.seed)
     optimizer = optimizer or build_optimizer(cfg_train, param_groups(plugins))
 
-    def step_fn(state: dict, batch: dict, lr_scale: jax.Array | None = None):
+    def step_fn(state: dict, batch: dict, lr_scale: jax.Array | None = None,
+                base_key: jax.Array = base_key):
         dropout_rng = jax.random.fold_in(base_key, state["step"])
 
         def loss_fn(params):
@@ -233,7 +237,7 @@ def make_train_step(graphdef: nnx.GraphDef, cfg_train,
         }
         return new_state, {**sums, "grad_norm": grad_norm}
 
-    return jax.jit(step_fn, donate_argnums=0)
+    return jax.jit(step_fn, donate_argnums=0) if jit else step_fn
 
 
 def make_eval_step(graphdef: nnx.GraphDef, label_smoothing: float):
