@@ -255,6 +255,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
                     progress.write(f"stopping at step {step}: {why}")
                 break
     finally:
+        batches.close()  # stops the input thread, which places batches with JAX
         stop.restore()
         manager.wait_until_finished()
         progress.close()

@@ -332,7 +332,8 @@ def prefetch(iterator: Iterable, size: int = 2) -> Iterator:
     """Runs `iterator` in a background thread, keeping up to `size` items ready.
 
     Exceptions in the producer are re-raised in the consumer. The thread is a
-    daemon and stops when the consumer closes the generator.
+    daemon; closing the generator stops it and waits for it (the item it is making
+    is finished first).
     """
     items: queue.Queue = queue.Queue(maxsize=size)
     stop = threading.Event()
@@ -368,4 +369,7 @@ def prefetch(iterator: Iterable, size: int = 2) -> Iterator:
                 return
             yield item
     finally:
+        # Wait for the producer to stop: left running into interpreter shutdown while
+        # inside a C++ call (JAX placing a batch on the device), it aborts the process.
         stop.set()
+        thread.join()
