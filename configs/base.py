@@ -103,6 +103,9 @@ def get_config() -> ml_collections.ConfigDict:
     train.adam_b2 = 0.98
     train.seed = 0
     train.label_smoothing = 0.1
+    # Micro-batches whose gradients make one update (1 = off): batch_tokens x this per
+    # update. Every step count (num_steps, warmup_steps, every_steps) counts micro-batches.
+    train.grad_accum_steps = 1
     # R-Drop (Liang et al. 2021): weight of the symmetric KL between two dropout passes of
     # each batch (0 = off; their IWSLT De-En setting is 5). Doubles a step's compute.
     train.rdrop_alpha = 0.0

@@ -162,6 +162,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
                                              "train seed 0 again); NumPy refuses negative seeds"),
     "train.label_smoothing": Interval(0, 1, high_open=True,
                                       why="1 would spread every target uniformly"),
+    "train.grad_accum_steps": at_least(1, "1 = an update after every micro-batch"),
     "train.rdrop_alpha": at_least(0, "0 = off"),
     "train.log_every_steps": at_least(0, STEPS_OR_OFF),
     "train.patience": at_least(0, "0 = off"),

@@ -32,6 +32,7 @@ from common.errors import UserError
 from configs.model import ModelConfig
 from data.tokenizer import PAD_ID
 from models.transformer import Transformer
+from training.accumulation import accumulate_gradients
 from training.distributed import replicate
 from training.plugins import Plugin, active_plugins, param_groups
 from training.schedules import learning_rate_schedule
@@ -101,18 +102,24 @@ def clip_by_group_norm(max_norm: float,
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def build_optimizer(cfg_train, groups: Sequence[Sequence[str]] = ()) -> optax.GradientTransformation:
+def build_optimizer(cfg_train, groups: Sequence[Sequence[str]] = ()) -> optax.GradientTransformationExtraArgs:
     """AdamW with gradient clipping (each of `groups` apart, `clip_by_group_norm`); weight
-    decay skips biases and layer-norm parameters."""
+    decay skips biases and layer-norm parameters. With `train.grad_accum_steps` k > 1 it
+    updates on every k-th call, from the token-weighted mean gradient of the k micro-batches
+    (training/accumulation.py; `update(..., tokens=n)`), at the rate of the update's first
+    micro-batch's step."""
     def decay_mask(params):
         return jax.tree.map(lambda x: x.ndim > 1, params)
 
-    return optax.chain(
+    every_k = cfg_train.get("grad_accum_steps", 1)
+    schedule = learning_rate_schedule(cfg_train)
+    return accumulate_gradients(optax.chain(
         clip_by_group_norm(cfg_train.grad_clip, groups) if cfg_train.grad_clip > 0
         else optax.identity(),
-        optax.adamw(learning_rate_schedule(cfg_train), b1=cfg_train.adam_b1, b2=cfg_train.adam_b2,
+        optax.adamw(schedule if every_k == 1 else lambda update: schedule(update * every_k),
+                    b1=cfg_train.adam_b1, b2=cfg_train.adam_b2,
                     eps=1e-9, weight_decay=cfg_train.weight_decay, mask=decay_mask),
-    )
+    ), every_k)
 
 
 def token_losses(logits: jnp.ndarray, targets: jnp.ndarray, label_smoothing: float):
@@ -208,7 +215,8 @@ def make_train_step(graphdef: nnx.GraphDef, cfg_train,
     anyway (logging, checkpointing), so there is no host round-trip per step.
     """
     base_key = jax.random.key(cfg_train.seed)
-    optimizer = optimizer or build_optimizer(cfg_train, param_groups(plugins))
+    optimizer = optax.with_extra_args_support(
+        optimizer or build_optimizer(cfg_train, param_groups(plugins)))
 
     def step_fn(state: dict, batch: dict, lr_scale: jax.Array | None = None,
                 base_key: jax.Array = base_key):
@@ -222,7 +230,8 @@ def make_train_step(graphdef: nnx.GraphDef, cfg_train,
 
         (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         grad_norm = optax.global_norm(grads)
-        updates, new_opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+        updates, new_opt_state = optimizer.update(grads, state["opt_state"], state["params"],
+                                                  tokens=sums["tokens"])  # accumulation's weight
         if lr_scale is not None:  # "cosine_budget": the host's factor on the learning rate
             updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
         new_params = optax.apply_updates(state["params"], updates)
