@@ -20,7 +20,10 @@ Flags (defaults in brackets):
   --length_penalty     GNMT alpha of beam search [the config's eval.length_penalty]
   --batch_size         sentences per batch [the config's eval.batch_size]
   --compat_lc_tok      also report BLEU on lowercased, Moses-tokenized text (sacremoses,
-                       then sacreBLEU tokenize="none"): the metric of the Multi30k literature
+                       then sacreBLEU tokenize="none"): the metric of the Multi30k literature.
+                       A run trained with data.text_protocol=lc_norm_tok always scores
+                       that way, against the official lc.norm.tok references as they are
+                       (--source/--reference files are raw text, put into the protocol)
   --save_attention N   record the attention maps of the returned hypotheses of the first
                        N sentences [0]
   --max_sentences N    only the first N lines of the input [0 = all]
@@ -39,7 +42,9 @@ never leaves a half file over a good one):
                         lines are translated in full (nothing is dropped or truncated)
   <name>.json           written last, once everything else succeeded: name, workdir,
                         split, source, reference, source_lang, target_lang,
-                        num_sentences, num_empty, checkpoint_step,
+                        text_protocol (data/protocol.py: "raw", or "lc_norm_tok" whose
+                        hypotheses and scores are lowercased Moses-tokenised text and
+                        whose bleu is also bleu_lc_tok), num_sentences, num_empty, checkpoint_step,
                         checkpoint {requested, steps, averaged}, decoding {beam_size,
                         decode, length_penalty, batch_size, bucket_step, max_length},
                         bleu, bleu_signature, bleu_text, bleu_details {precisions, bp,
@@ -47,11 +52,16 @@ never leaves a half file over a good one):
                         are null without a reference), with --compat_lc_tok bleu_lc_tok,
                         bleu_lc_tok_signature, bleu_lc_tok_preprocessing,
                         bleu_lc_tok_text; with --ensemble: ensemble (the member workdirs,
-                        --workdir first), checkpoint.member_steps; files {hyp, json[,
-                        attention]}; timing {load_seconds, decode_seconds, compile_seconds,
+                        --workdir first), checkpoint.member_steps; with eval.detokenize
+                        (lc_norm_tok runs): bleu_detok, bleu_detok_signature,
+                        bleu_detok_text, bleu_detok_note (lowercase output against the
+                        raw references: not comparable with a cased BLEU); files {hyp,
+                        json[, detok_hyp][, attention]}; timing {load_seconds, decode_seconds, compile_seconds,
                         sentences_translated, target_tokens, sentences_per_sec,
                         target_tokens_per_sec[, attention_seconds,
                         attention_record_seconds, attention_preview_seconds]}; devices; time
+  <name>.detok.hyp.txt  with eval.detokenize (lc_norm_tok runs): the hypotheses Moses-
+                        detokenised (sacremoses), still lowercase
   <name>.attention.npz  with --save_attention: an attention map file (README) (decode "greedy" or
                         "beam"), recorded in batches of sentences of similar length (a
                         very long sentence costs only its own size); plus PNG previews
@@ -317,13 +327,22 @@ def check_ensemble_members(workdir: Path, ensemble: tuple[str, ...]) -> list[Pat
     return members
 
 
+def detokenizes(cfg) -> bool:
+    """Whether the run's config asks for Moses-detokenised output too (`eval.detokenize`,
+    under a tokenised `data.text_protocol` only: configs/validation.py)."""
+    from data.protocol import RAW, protocol_of
+
+    return bool(cfg.eval.get("detokenize", False)) and protocol_of(cfg.data) != RAW
+
+
 def prepare(workdir: Path, opts: EvalOptions) -> Prepared:
     """Every check of an evaluation (inputs, configs, tokenizers, the ensemble, the
     checkpoints, read in full), with nothing written. UserError for bad input."""
     members = check_ensemble_members(workdir, opts.ensemble)  # the first one's maps are recorded
     cfgs = [resolved.load_config_json(w) for w in members]
     cfg = cfgs[0]
-    inputs = read_inputs(cfg, opts.split, opts.source, opts.reference, opts.max_sentences)
+    inputs = read_inputs(cfg, opts.split, opts.source, opts.reference, opts.max_sentences,
+                         raw_references=detokenizes(cfg))
     tokenizers = [load_tokenizer(w, c) for w, c in zip(members, cfgs, strict=True)]
     tokenizer = tokenizers[0]
     if len(members) > 1:
@@ -359,7 +378,14 @@ def decode_and_write(run: Prepared, out_dir: Path) -> dict:
     """Decodes a prepared evaluation, writes its files into `out_dir`; returns the result."""
     import jax
 
-    from evaluation.corpus import save_attention, score, summary_lines, translate_lines
+    from data.protocol import detokenize, protocol_of
+    from evaluation.corpus import (
+        save_attention,
+        score,
+        score_detokenized,
+        summary_lines,
+        translate_lines,
+    )
 
     cfg, opts, inputs, tokenizer, name = run.cfg, run.opts, run.inputs, run.tokenizer, run.name
     beam_size, batch_size, length_penalty = run.beam_size, run.batch_size, run.length_penalty
@@ -379,8 +405,13 @@ def decode_and_write(run: Prepared, out_dir: Path) -> dict:
     # The translations are written the moment decoding ends: recording maps may take
     # long (or fail, or be interrupted) and must never hold them back.
     write_atomic(Path(files["hyp"]), "".join(h + "\n" for h in hyps))
+    shown = hyps
+    if detokenizes(cfg):  # the protocol's text made readable (still lowercase)
+        shown = detokenize(hyps, cfg.data.target_lang)
+        files["detok_hyp"] = str(out_dir / f"{name}.detok.hyp.txt")
+        write_atomic(Path(files["detok_hyp"]), "".join(h + "\n" for h in shown))
     if inputs.source_name == "<stdin>":
-        sys.stdout.write("".join(h + "\n" for h in hyps))
+        sys.stdout.write("".join(h + "\n" for h in shown))
         sys.stdout.flush()
     result = {
         "name": name,
@@ -390,6 +421,7 @@ def decode_and_write(run: Prepared, out_dir: Path) -> dict:
         "reference": inputs.reference_name,
         "source_lang": cfg.data.source_lang,
         "target_lang": cfg.data.target_lang,
+        "text_protocol": protocol_of(cfg.data),
         "num_sentences": len(inputs.sources),
         "num_empty": len(inputs.sources) - timing["sentences_translated"],
         "checkpoint_step": loaded.steps[-1],
@@ -407,7 +439,10 @@ def decode_and_write(run: Prepared, out_dir: Path) -> dict:
         result["checkpoint"]["member_steps"] = [member.steps for member in run.runs]
     if inputs.references is not None:
         result.update(score(hyps, inputs.references, compat_lc_tok=opts.compat_lc_tok,
-                            target_lang=cfg.data.target_lang))
+                            target_lang=cfg.data.target_lang,
+                            text_protocol=protocol_of(cfg.data)))
+    if inputs.raw_references is not None and "detok_hyp" in files:
+        result.update(score_detokenized(shown, inputs.raw_references))
     if opts.save_attention:
         start = time.perf_counter()
         path, attention_timing = save_attention(

@@ -18,6 +18,10 @@ DATASETS = ("multi30k", "tatoeba", "text", "hf")
 MULTI30K_LANGS = ("de", "en", "fr")
 # SentencePiece normalisation rules offered (data.spm_normalization); the first is its default.
 NORMALIZATIONS = ("nmt_nfkc", "nmt_nfkc_cf")
+# data.text_protocol values (data/protocol.py): the text trained on and scored. "raw" is the
+# corpus as released; "lc_norm_tok" the Multi30k literature's lowercased,
+# punctuation-normalised, Moses-tokenised text.
+TEXT_PROTOCOLS = ("raw", "lc_norm_tok")
 # train.schedule values (training/step.py); after a linear warmup in each case.
 SCHEDULES = ("inverse_sqrt", "cosine", "constant", "cosine_budget")
 
@@ -50,6 +54,10 @@ def get_config() -> ml_collections.ConfigDict:
     # every run on the same data (data/cache.py); "" = $XDG_CACHE_HOME/attnmt/data.
     data.cache_dir = ""
     data.max_train_sentences = 0  # keep only the first N training pairs (0 = all)
+    # raw | lc_norm_tok: what the tokenizer trains on, the model translates and BLEU scores
+    # (data/protocol.py); Multi30k reads its official lc.norm.tok files (data/multi30k/tok/),
+    # other datasets pass through sacremoses (lowercase, normalise punctuation, tokenise).
+    data.text_protocol = "raw"
     data.vocab_size = 8000
     data.joint_vocab = True  # one SentencePiece model for both sides
     data.spm_model_type = "unigram"  # unigram | bpe
@@ -119,6 +127,9 @@ def get_config() -> ml_collections.ConfigDict:
     eval_.length_penalty = 0.6
     eval_.batch_size = 128
     eval_.max_sentences = 0  # validate on the first N sentences (0 = all)
+    # lc_norm_tok only: evaluate.py also writes Moses-detokenised hypotheses and scores them
+    # against the raw references (lowercase output: not comparable with a cased BLEU).
+    eval_.detokenize = False
 
     config.checkpoint = checkpoint = ml_collections.ConfigDict()
     checkpoint.every_steps = 1000

@@ -23,7 +23,7 @@ from typing import Any
 import ml_collections
 
 from common.errors import UserError
-from configs.base import DATASETS, NORMALIZATIONS, SCHEDULES
+from configs.base import DATASETS, NORMALIZATIONS, SCHEDULES, TEXT_PROTOCOLS
 from configs.model import ACTIVATIONS, ATTENTION_IMPLS, DTYPES, EMBEDDING_GRADS, POSITIONS
 
 
@@ -116,6 +116,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     "data.hf_cache_dir": PATH,
     "data.cache_dir": PATH,
     "data.max_train_sentences": at_least(0, "0 = all"),
+    "data.text_protocol": Choice(TEXT_PROTOCOLS, "data/protocol.py"),
     "data.vocab_size": at_least(5, "SentencePiece's special pieces and one more"),
     "data.joint_vocab": SWITCH,
     "data.spm_model_type": Choice(("unigram", "bpe")),
@@ -174,6 +175,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     "eval.length_penalty": at_least(0, "GNMT's alpha; 0 = none"),
     "eval.batch_size": at_least(1),
     "eval.max_sentences": at_least(0, "0 = all"),
+    "eval.detokenize": SWITCH,
     # checkpoint
     "checkpoint.every_steps": at_least(1, "a run must be resumable before its end"),
     "checkpoint.keep": at_least(1, "the newest checkpoint is what a resume needs"),

@@ -48,6 +48,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             not 2 <= data.spm_nbest_size <= 1024:
         raise UserError(f"data.spm_nbest_size must be 2 to 1024 with sampling on, got "
                         f"{data.spm_nbest_size}")
+    if config.eval.get("detokenize", False) and data.get("text_protocol", "raw") == "raw":
+        raise UserError("eval.detokenize undoes data.text_protocol=lc_norm_tok's tokenisation; "
+                        "raw text is never tokenised")
     if config.model.share_embeddings and not data.joint_vocab:
         raise UserError("model.share_embeddings needs one joint vocabulary (data.joint_vocab=True)")
     # The model's own checks (sizes, divisibility, choices), before any file is written.

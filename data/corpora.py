@@ -17,6 +17,9 @@ Datasets (`data.dataset`):
   hf        any Hugging Face dataset with a `translation` column (or one column
             per language), through `datasets.load_dataset`.
 
+Under `data.text_protocol = "lc_norm_tok"` (data/protocol.py) Multi30k reads its official
+`tok/*.lc.norm.tok.*` files and every other dataset's text passes through sacremoses.
+
 Training split only: pairs with an empty side are dropped, then at most
 `data.max_train_sentences` pairs are kept (the first ones, 0 = all). Eval splits
 keep every line, empty ones included, so hypotheses stay aligned with the
@@ -37,6 +40,7 @@ import numpy as np
 from common.errors import UserError
 from common.files import require_file
 from configs.base import DATASETS, MULTI30K_LANGS
+from data.protocol import LC_NORM_TOK, apply_protocol, protocol_of
 
 SPLITS = ("train", "valid", "test")
 MULTI30K_DIR = Path(__file__).parent / "multi30k"
@@ -157,9 +161,13 @@ def _multi30k_files(cfg: ml_collections.ConfigDict, split: str) -> tuple[Path, P
             raise DataError(f"multi30k has no language {lang!r} "
                             f"(available: {', '.join(MULTI30K_LANGS)})")
 
+    # The literature's protocol reads the official lc.norm.tok files, not sacremoses' output.
+    official = protocol_of(cfg) == LC_NORM_TOK
+
     def path(lang: str) -> Path:
         # Accept unpacked copies too: a user's data_dir may hold plain files.
-        gz = folder / f"{MULTI30K_FILES[split]}.{lang}.gz"
+        gz = (folder / "tok" / f"{MULTI30K_FILES[split]}.lc.norm.tok.{lang}.gz" if official
+              else folder / f"{MULTI30K_FILES[split]}.{lang}.gz")
         plain = gz.with_suffix("")
         return plain if plain.is_file() and not gz.is_file() else gz
 
@@ -352,6 +360,12 @@ def drop_empty_pairs(sources: list[str], targets: list[str]) -> Corpus:
     return [sources[i] for i in keep], [targets[i] for i in keep]
 
 
+def reads_protocol_text(cfg_data: ml_collections.ConfigDict) -> bool:
+    """Whether the dataset's loader reads `data.text_protocol`'s text itself (Multi30k: the
+    official files of each protocol); the others load raw text for `apply_protocol`."""
+    return cfg_data.dataset == "multi30k"
+
+
 def load_corpus(cfg_data: ml_collections.ConfigDict, split: str) -> Corpus:
     """Loads one split of the configured corpus.
 
@@ -360,7 +374,8 @@ def load_corpus(cfg_data: ml_collections.ConfigDict, split: str) -> Corpus:
         target_lang and the loader's own keys).
       split: "train", "valid" or "test".
     Returns:
-      (sources, targets): parallel lists of raw strings. "train" has no pair
+      (sources, targets): parallel lists of strings in `data.text_protocol`'s form
+      (data/protocol.py; raw text by default). "train" has no pair
       with an empty side and at most `max_train_sentences` pairs (if > 0);
       eval splits keep every line.
     Raises:
@@ -372,6 +387,8 @@ def load_corpus(cfg_data: ml_collections.ConfigDict, split: str) -> Corpus:
         raise DataError(f"data.source_lang and data.target_lang are both "
                         f"{cfg_data.source_lang!r}")
     sources, targets = LOADERS[cfg_data.dataset](cfg_data, split)
+    if not reads_protocol_text(cfg_data):
+        sources, targets = apply_protocol(cfg_data, sources, targets)
     if split == "train":
         sources, targets = drop_empty_pairs(sources, targets)
         if not sources:

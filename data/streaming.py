@@ -7,7 +7,8 @@
                  files what it derives from the corpus under this key.
   chunks(size)   yields (sources, targets) lists of at most `size` pairs, in order: the
                  very pairs `load_corpus(cfg_data, "train")` returns, a chunk at a time
-                 (empty-sided pairs dropped, at most `max_train_sentences` kept).
+                 (in `data.text_protocol`'s form, empty-sided pairs dropped, at most
+                 `max_train_sentences` kept).
 
 `scan(source)` reads it once to count the pairs and compute `corpus_fingerprint` (the
 definition the resume guard has always stored, so old checkpoints still resume);
@@ -32,6 +33,7 @@ from tqdm import tqdm
 from common.files import require_file
 from data import corpora
 from data.corpora import DataError, iter_lines
+from data.protocol import RAW, apply_protocol, protocol_of
 from data.tokenizer import sample_indices
 
 Chunk = tuple[list[str], list[str]]
@@ -77,6 +79,9 @@ def _settings_digest(cfg_data: ml_collections.ConfigDict) -> hashlib._Hash:
     digest = hashlib.sha256(b"attnmt-training-source-v1\0")
     for key in SELECTION_KEYS:
         digest.update(f"{key}={cfg_data.get(key)!r}\0".encode())
+    # Hashed only when it is not raw, so the keys of every raw source stay what they were.
+    if (protocol := protocol_of(cfg_data)) != RAW:
+        digest.update(f"text_protocol={protocol!r}\0".encode())
     return digest
 
 
@@ -120,6 +125,15 @@ def _hf_read(cfg_data: ml_collections.ConfigDict) -> tuple[str, Callable[[int], 
     return dataset._fingerprint, read
 
 
+def _in_protocol(cfg_data: ml_collections.ConfigDict,
+                 read: Callable[[int], Iterator[Chunk]]) -> Callable[[int], Iterator[Chunk]]:
+    """`read` with each raw chunk put into the config's text protocol (data/protocol.py)."""
+    def protocol_read(size: int) -> Iterator[Chunk]:
+        for sources, targets in read(size):
+            yield apply_protocol(cfg_data, sources, targets)
+    return protocol_read
+
+
 def training_source(cfg_data: ml_collections.ConfigDict) -> TrainingSource:
     """The training split of `cfg_data` as a TrainingSource; reads no corpus text (hashes
     the input files' bytes, or loads a Hugging Face dataset's Arrow table).
@@ -147,6 +161,8 @@ def training_source(cfg_data: ml_collections.ConfigDict) -> TrainingSource:
         def read(size: int) -> Iterator[Chunk]:
             for start in range(0, len(corpus[0]), size):
                 yield corpus[0][start:start + size], corpus[1][start:start + size]
+    if cfg_data.dataset in ("text", "hf") and protocol_of(cfg_data) != RAW:
+        read = _in_protocol(cfg_data, read)  # Multi30k's files and load_corpus's hold it already
     return TrainingSource(key=digest.hexdigest(), read=read,
                           limit=cfg_data.get("max_train_sentences", 0),
                           name=f"{cfg_data.dataset} training split")

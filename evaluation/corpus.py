@@ -16,6 +16,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from attention.heatmaps import heatmap_image_array, preview_pngs, preview_skip_reason
 from attention.mapfile import save_maps
 from data.batching import eval_batches
+from data.protocol import RAW, protocol_of
 from models.translate import record_maps, record_maps_grouped, translate_ids
 from training.compilation import CompileTimer
 from training.metrics_log import MetricsLog
@@ -69,23 +70,19 @@ def moses_lc_tok(lines: list[str], lang: str) -> list[str]:
 
 
 def score(hyps: list[str], refs: list[str], *, compat_lc_tok: bool = False,
-          target_lang: str = "en") -> dict:
-    """sacreBLEU BLEU and chrF (detokenized, cased), and with `compat_lc_tok` BLEU on
-    lowercased Moses-tokenized text; values, signatures and BLEU details."""
-    bleu_metric, chrf_metric = BLEU(), CHRF()
-    bleu = bleu_metric.corpus_score(hyps, [refs])
-    chrf = chrf_metric.corpus_score(hyps, [refs])
-    out = {
-        "bleu": bleu.score,
-        "bleu_signature": str(bleu_metric.get_signature()),
-        "bleu_text": str(bleu),
-        "bleu_details": {"precisions": list(bleu.precisions), "bp": bleu.bp,
-                         "ratio": bleu.ratio, "hyp_len": bleu.sys_len,
-                         "ref_len": bleu.ref_len},
-        "chrf": chrf.score,
-        "chrf_signature": str(chrf_metric.get_signature()),
-        "chrf_text": str(chrf),
-    }
+          target_lang: str = "en", text_protocol: str = RAW) -> dict:
+    """sacreBLEU BLEU and chrF, their signatures and BLEU's details, in `text_protocol`.
+
+    "raw": BLEU and chrF on detokenized, cased text; with `compat_lc_tok` also BLEU on
+    lowercased Moses-tokenized text (both sides lowercased and tokenized here).
+    "lc_norm_tok" (data/protocol.py): hypotheses and references are already the
+    literature's text, so BLEU is computed on them as they are (sacreBLEU tokenize none,
+    multi-bleu.perl's metric) and is also `bleu_lc_tok`, whatever `compat_lc_tok` says;
+    chrF is computed on the same text.
+    """
+    if text_protocol != RAW:
+        return _score_as_written(hyps, refs, text_protocol)
+    out = {**_bleu_fields(BLEU(), hyps, refs), **_chrf_fields(hyps, refs)}
     if compat_lc_tok:
         lc_metric = BLEU(tokenize="none")
         lc = lc_metric.corpus_score(moses_lc_tok(hyps, target_lang),
@@ -100,6 +97,45 @@ def score(hyps: list[str], refs: list[str], *, compat_lc_tok: bool = False,
     return out
 
 
+def _bleu_fields(metric: BLEU, hyps: list[str], refs: list[str]) -> dict:
+    bleu = metric.corpus_score(hyps, [refs])
+    return {"bleu": bleu.score, "bleu_signature": str(metric.get_signature()),
+            "bleu_text": str(bleu),
+            "bleu_details": {"precisions": list(bleu.precisions), "bp": bleu.bp,
+                             "ratio": bleu.ratio, "hyp_len": bleu.sys_len,
+                             "ref_len": bleu.ref_len}}
+
+
+def _chrf_fields(hyps: list[str], refs: list[str]) -> dict:
+    metric = CHRF()
+    chrf = metric.corpus_score(hyps, [refs])
+    return {"chrf": chrf.score, "chrf_signature": str(metric.get_signature()),
+            "chrf_text": str(chrf)}
+
+
+def _score_as_written(hyps: list[str], refs: list[str], text_protocol: str) -> dict:
+    """`score` of text already in a tokenised protocol: nothing re-tokenised."""
+    # force: the text is tokenised on purpose (sacreBLEU would warn on every call).
+    out = {**_bleu_fields(BLEU(tokenize="none", force=True), hyps, refs), **_chrf_fields(hyps, refs),
+           "text_protocol": text_protocol}
+    out.update(bleu_lc_tok=out["bleu"], bleu_lc_tok_signature=out["bleu_signature"],
+               bleu_lc_tok_text=out["bleu_text"],
+               bleu_lc_tok_preprocessing=f"none: trained, translated and scored in "
+                                         f"data.text_protocol={text_protocol!r}")
+    return out
+
+
+def score_detokenized(hyps: list[str], raw_refs: list[str]) -> dict:
+    """sacreBLEU (its default 13a tokenisation, cased) of Moses-detokenised hypotheses of a
+    tokenised protocol against the raw references. The hypotheses are lowercase, so this
+    is NOT comparable with the cased BLEU of a run trained on raw text."""
+    fields = _bleu_fields(BLEU(), hyps, raw_refs)
+    return {"bleu_detok": fields["bleu"], "bleu_detok_signature": fields["bleu_signature"],
+            "bleu_detok_text": fields["bleu_text"],
+            "bleu_detok_note": "Moses-detokenised lowercase hypotheses against the cased raw "
+                               "references: not comparable with a cased BLEU of raw text"}
+
+
 def summary_lines(result: dict) -> list[str]:
     """What evaluate.py prints of its result (its JSON): scores with signatures,
     sentences and speed."""
@@ -107,10 +143,17 @@ def summary_lines(result: dict) -> list[str]:
     if result.get("bleu") is not None:
         lines += [result["bleu_text"], f"  signature: {result['bleu_signature']}",
                   result["chrf_text"], f"  signature: {result['chrf_signature']}"]
-        if "bleu_lc_tok" in result:
+        if result.get("text_protocol", RAW) != RAW:
+            lines.append(f"  (scored as written, in data.text_protocol="
+                         f"{result['text_protocol']}: the Multi30k literature's metric)")
+        elif "bleu_lc_tok" in result:
             lines += [f"lowercased Moses-tokenized (compat) {result['bleu_lc_tok_text']}",
                       f"  signature: {result['bleu_lc_tok_signature']} (after "
                       f"{result['bleu_lc_tok_preprocessing']})"]
+        if "bleu_detok" in result:
+            lines += [f"detokenised {result['bleu_detok_text']}",
+                      f"  signature: {result['bleu_detok_signature']} "
+                      f"({result['bleu_detok_note']})"]
     t, d = result["timing"], result["decoding"]
     steps = result["checkpoint"]["steps"]
     ckpt = (f"step {steps[0]}" if len(steps) == 1
@@ -178,11 +221,13 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
     hyps, _ = translate_lines(model, tokenizer, sources, beam_size=cfg.eval.beam_size,
                               length_penalty=cfg.eval.length_penalty,
                               batch_size=cfg.eval.batch_size, bucket_step=cfg.data.bucket_step)
-    scores = score(hyps, list(targets))
+    protocol = protocol_of(cfg.data)
+    scores = score(hyps, list(targets), text_protocol=protocol)
     log.write(step, "valid", loss=totals["loss_sum"] / tokens, nll=totals["nll_sum"] / tokens,
               ppl=float(np.exp(totals["nll_sum"] / tokens)), bleu=scores["bleu"],
               chrf=scores["chrf"], decode="greedy" if cfg.eval.beam_size == 1 else "beam",
-              num_sentences=len(sources))
+              num_sentences=len(sources),
+              **({} if protocol == RAW else {"text_protocol": protocol}))
     n = cfg.attention_maps.num_examples
     if cfg.attention_maps.enabled and n > 0 and jax.process_index() == 0:
         src_ids = tokenizer.encode_source(valid[0][:n])

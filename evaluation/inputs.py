@@ -12,6 +12,7 @@ import ml_collections
 
 from common.errors import UserError
 from data.corpora import DataError, decode_lines, load_corpus, read_lines
+from data.protocol import RAW, apply_protocol, protocol_of
 
 
 @dataclasses.dataclass
@@ -24,6 +25,9 @@ class Inputs:
     reference_name: str | None
     base: str  # default output name stem
     split: str | None
+    # The references before data.text_protocol's preprocessing (evaluate's detokenised
+    # score); None when not asked for (`read_inputs(raw_references=False)`) or absent.
+    raw_references: list[str] | None = None
 
 
 def read_text(path: str) -> tuple[list[str], str]:
@@ -49,8 +53,15 @@ def output_base(split: str | None, source: str | None) -> str:
 
 
 def read_inputs(cfg: ml_collections.ConfigDict, split: str | None, source: str | None,
-                reference: str | None, max_sentences: int = 0) -> Inputs:
-    """Reads and checks the input text (before any model is loaded)."""
+                reference: str | None, max_sentences: int = 0,
+                raw_references: bool = False) -> Inputs:
+    """Reads and checks the input text (before any model is loaded).
+
+    The text is in the run's `data.text_protocol` (data/protocol.py): a split is loaded in
+    it, a `source` / `reference` file is raw text put into it here. `raw_references` also
+    keeps the references as they were before (for a tokenised protocol's detokenised score).
+    """
+    protocol = protocol_of(cfg.data)
     if source is None:
         if reference is not None:
             raise UserError("--reference needs --source (with --split the reference is the "
@@ -60,6 +71,10 @@ def read_inputs(cfg: ml_collections.ConfigDict, split: str | None, source: str |
         what = f"{cfg.data.dataset} {split}"
         inputs = Inputs(sources, references, f"{what} ({cfg.data.source_lang})",
                         f"{what} ({cfg.data.target_lang})", output_base(split, None), split)
+        if raw_references:
+            inputs.raw_references = references if protocol == RAW else load_corpus(
+                ml_collections.ConfigDict({**cfg.data.to_dict(), "text_protocol": RAW}),
+                split)[1]
     else:
         if split is not None:
             raise UserError("give either --split or --source, not both")
@@ -70,12 +85,16 @@ def read_inputs(cfg: ml_collections.ConfigDict, split: str | None, source: str |
         if references is not None and len(references) != len(sources):
             raise DataError(f"mismatched line counts: {source_name} has {len(sources)} lines, "
                             f"{reference_name} has {len(references)}")
-        inputs = Inputs(sources, references, source_name, reference_name,
-                        output_base(None, source), None)
+        inputs = Inputs(*apply_protocol(cfg.data, sources, references or []), source_name,
+                        reference_name, output_base(None, source), None,
+                        raw_references=references if raw_references else None)
+        if references is None:
+            inputs.references = None
     if not inputs.sources:
         raise DataError(f"{inputs.source_name} is empty: nothing to translate")
     if max_sentences > 0:
         inputs.sources = inputs.sources[:max_sentences]
-        if inputs.references is not None:
-            inputs.references = inputs.references[:max_sentences]
+        for field in ("references", "raw_references"):
+            if getattr(inputs, field) is not None:
+                setattr(inputs, field, getattr(inputs, field)[:max_sentences])
     return inputs
