@@ -23,7 +23,6 @@ from alignment.figures import (
 )
 from alignment.links import extract_alignment
 from analysis.inspect import run
-from attention import heatmaps as plotting
 from attention.heatmaps import save_png
 from attention.mapfile import AttentionMaps, save_maps
 from common.errors import UserError
@@ -153,7 +152,7 @@ def test_gold_overlay_png_and_html(overlay_files, tmp_path, monkeypatch, capsys)
     map_file, gold = overlay_files
     drawn = []
     original = figures.alignment_overlay_figure
-    monkeypatch.setattr(plotting, "alignment_overlay_figure",
+    monkeypatch.setattr(figures, "alignment_overlay_figure",
                         lambda *a, **kw: drawn.append((a, kw)) or original(*a, **kw))
     png, html = tmp_path / "links.png", tmp_path / "links.html"
     assert run(map_file, gold=str(gold), words=True, out=str(png), html=str(html)) == [
