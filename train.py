@@ -11,6 +11,8 @@ tensorboard/, attention/}`. From Python: `train.train(config, workdir) -> exit c
 `--seeds N` trains seeds 0..N-1 (`train.seed = k`) into `<workdir>/seed<k>/`, one after
 another, each resumed like a workdir; `evaluate.py --workdir <workdir>` then summarizes
 them (evaluation/seeds.py). From Python: `train.train_seeds(config, workdir, N)`.
+`--seeds N --together` trains the same seed runs at once, their steps one vmapped
+program (training/together.py): on an accelerator N seeds cost about one.
 
 Reliability:
   * Killed at any moment (SIGKILL, power loss of the process), the same command
@@ -95,10 +97,11 @@ from training.metrics_log import MetricsLog
 from training.plugins import active_plugins, locked_keys
 from training.schedules import learning_rate_schedule
 from training.step import create_train_state, make_eval_step, make_train_step
+from training.together import SeedSlot, train_together
 
 
 def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = (),
-          hold: tuple[WorkdirLock, ...] = ()) -> int:
+          hold: tuple[WorkdirLock, ...] = (), slot: SeedSlot | None = None) -> int:
     """Run (or resume) training in `workdir`; returns the process exit code (0, or 130/143
     after SIGINT/SIGTERM). Raises UserError for bad input, before anything is written,
     and when another process holds the workdir (common/workdir_lock.py).
@@ -106,13 +109,16 @@ def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = ()
     allow_config_change: dotted config keys that may differ from the run being resumed.
     hold: more locks to take with the workdir's (unless held already) and keep: the
     parent folder's of `train_seeds`, which lets it go.
+    slot: this seed's place in `--seeds N --together` (training/together.py): its train
+    step runs with the other seeds', and signals reach it through the main thread.
     """
     with contextlib.ExitStack() as held:  # the workdir's lock, let go however training ends
-        return _train(cfg, Path(workdir), allow_config_change, hold, held)
+        return _train(cfg, Path(workdir), allow_config_change, hold, held, slot)
 
 
 def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
-           hold: tuple[WorkdirLock, ...], held: contextlib.ExitStack) -> int:
+           hold: tuple[WorkdirLock, ...], held: contextlib.ExitStack,
+           slot: SeedSlot | None = None) -> int:
     """`train`; the workdir's lock goes into `held` once every check has passed."""
     validate_config(cfg)
     plugins = active_plugins(cfg)  # word alignment, say (training/plugins.py); checks them
@@ -192,9 +198,9 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
           file=sys.stderr)
 
     # 3. The loop: one step, then the periodic work due after it (training/hooks.py).
-    train_step = make_train_step(graphdef, cfg.train, plugins=plugins)
+    train_step = (slot.make_step if slot else make_train_step)(graphdef, cfg.train, plugins=plugins)
     eval_step = make_eval_step(graphdef, cfg.train.label_smoothing)
-    stop = StopRequest()
+    stop = slot.stop if slot else StopRequest()
     batches = prefetch(device_batches(pack_batches(batcher.iterate(loop.epoch, loop.batch_index),
                                                    cfg.data.pack_length, math.lcm(8, mesh.size)),
                                       mesh))
@@ -316,9 +322,10 @@ def report_signal(name: str, step: int, on_disk: list[int], workdir: Path) -> No
 
 
 def train_seeds(cfg, parent: str | Path, num_seeds: int, *,
-                allow_config_change: tuple[str, ...] = ()) -> int:
+                allow_config_change: tuple[str, ...] = (), together: bool = False) -> int:
     """`train` of seeds 0..num_seeds-1 of `cfg` (train.seed = k) into `<parent>/seed<k>/`,
-    one after another; a finished seed resumes to no work. Returns the first non-zero
+    one after another, or all at once with `together` (their steps one vmapped program,
+    training/together.py); a finished seed resumes to no work. Returns the first non-zero
     exit code (SIGINT/SIGTERM stop the remaining seeds), else 0."""
     if num_seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {num_seeds}")
@@ -329,14 +336,19 @@ def train_seeds(cfg, parent: str | Path, num_seeds: int, *,
     # a second --seeds run would train the same seeds, evaluate.py would summarize them.
     lock = WorkdirLock(parent, purpose="training --seeds", hint=(
         "one run has one writer: wait for it to end, or give another --workdir"))
+
+    def run_seed(seed: int, slot: SeedSlot | None = None) -> int:
+        seeded = copy.deepcopy(cfg)  # the caller's config stays as it was
+        seeded.train.seed = seed
+        print(f"attnmt: seed {seed + 1} of {num_seeds}", file=sys.stderr, flush=True)
+        return train(seeded, seed_workdir(parent, seed), allow_config_change=allow_config_change,
+                     hold=(lock,), slot=slot)
+
     try:
+        if together:
+            return train_together(run_seed, range(num_seeds))
         for seed in range(num_seeds):
-            seeded = copy.deepcopy(cfg)  # the caller's config stays as it was
-            seeded.train.seed = seed
-            print(f"attnmt: seed {seed + 1} of {num_seeds}", file=sys.stderr, flush=True)
-            code = train(seeded, seed_workdir(parent, seed),
-                         allow_config_change=allow_config_change, hold=(lock,))
-            if code:
+            if code := run_seed(seed):
                 return code
     finally:
         lock.release()
@@ -361,6 +373,8 @@ def define_flags() -> None:
                       "resume (besides the always-safe ones), e.g. model.dropout.")
     flags.DEFINE_integer("seeds", None, "Train seeds 0..N-1 (train.seed) into "
                          "<workdir>/seed<k>/, one after another.")
+    flags.DEFINE_bool("together", False, "With --seeds: train the seeds at once, their steps "
+                      "one program (parameters stacked on a seed axis); same workdirs.")
 
 
 def main(argv):
@@ -376,7 +390,10 @@ def main(argv):
         raise UserError("--workdir is required")
     allowed = tuple(FLAGS.allow_config_change)
     if FLAGS.seeds is not None:
-        sys.exit(train_seeds(cfg, FLAGS.workdir, FLAGS.seeds, allow_config_change=allowed))
+        sys.exit(train_seeds(cfg, FLAGS.workdir, FLAGS.seeds, allow_config_change=allowed,
+                             together=FLAGS.together))
+    if FLAGS.together:
+        raise UserError("--together needs --seeds N")
     if seed_workdirs(FLAGS.workdir) and not (Path(FLAGS.workdir) / CONFIG_JSON).is_file():
         raise UserError(f"{FLAGS.workdir} holds --seeds runs (seed<k>/): add --seeds N, or "
                         "give another --workdir")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
+import threading
 import warnings
 import zlib
 from pathlib import Path
@@ -71,19 +72,35 @@ def state_checksum(state) -> int:
     return crc
 
 
+# The manager whose asynchronous save may still be running in this process, and the
+# lock that makes saves of several managers (train.py --seeds N --together: one per seed,
+# each in its own thread) take turns: orbax's asynchronous save waits on signals keyed
+# by a process-wide operation id, so two managers saving at once release each other's
+# writes early (seen: a JSON item written before its folder existed).
+_LAST_SAVING: list[ocp.CheckpointManager] = []
+_SAVE_LOCK = threading.Lock()
+
+
 def save(manager: ocp.CheckpointManager, step: int, state: dict, meta: dict,
          bleu: float | None = None) -> None:
     """Save asynchronously; `bleu` (validation BLEU at this step) ranks the best checkpoint.
 
     The CRC of `state` is computed (synchronously) and stored in meta before the save.
+    Another manager's save still running in this process is waited for first.
     """
     meta = {**meta, CHECKSUM_KEY: state_checksum(state)}
-    manager.save(
-        step,
-        args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-        metrics=None if bleu is None else {"bleu": float(bleu)},
-        force=True,
-    )
+    with _SAVE_LOCK:
+        for other in _LAST_SAVING:
+            if other is not manager:
+                other.wait_until_finished()
+        manager.save(
+            step,
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                    meta=ocp.args.JsonSave(meta)),
+            metrics=None if bleu is None else {"bleu": float(bleu)},
+            force=True,
+        )
+        _LAST_SAVING[:] = [manager]
 
 
 def _damaged(manager: ocp.CheckpointManager, step: int, problem: str) -> UserError:

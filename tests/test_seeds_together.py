@@ -1,0 +1,200 @@
+"""`train.py --seeds N --together` (training/together.py): the seeds' steps as one vmapped
+program end where each seed trained alone ends, and a killed run resumes to the same place.
+
+Attention key biases are left out of the parameter comparisons: a key bias adds the same
+q.b to every key of a query, which softmax cancels, so its gradient is zero up to float
+rounding, and Adam scales that rounding noise up to steps the size of the learning rate.
+Those parameters are noise in a seed trained alone too (two programs summing in another
+order move them differently); every other parameter is compared at atol 1e-5.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from conftest import REPO, run_script
+
+from configs import smoke
+from training.loop import StopRequest
+from training.step import create_train_state, make_train_step
+from training.together import SeedGroup, batch_groups
+
+STEPS = 30
+TRAIN = ("--config", "configs/smoke.py", f"--config.train.num_steps={STEPS}",
+         "--config.eval.every_steps=30", "--config.checkpoint.every_steps=5",
+         "--config.eval.max_sentences=8")
+
+
+def comparable(tree) -> dict[str, np.ndarray]:
+    """{path: array} of a train state's leaves but the attention key biases (module
+    docstring)."""
+    return {jax.tree_util.keystr(path): np.asarray(leaf)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+            if not ("['key']" in jax.tree_util.keystr(path)
+                    and jax.tree_util.keystr(path).endswith("['bias']"))}
+
+
+def assert_states_close(got, want, atol=1e-5) -> None:
+    got, want = comparable(got), comparable(want)
+    assert got.keys() == want.keys() and len(got) > 10
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=atol, rtol=0, err_msg=name)
+
+
+def _batch(rng: np.random.Generator, rows: int, length: int, vocab: int) -> dict:
+    """A padded batch (data/batching.py layout): [rows, length] int32, some pad."""
+    lengths = rng.integers(3, length + 1, rows)
+    src = np.zeros((rows, length), np.int32)
+    tgt = np.zeros((rows, length + 1), np.int32)
+    for r, n in enumerate(lengths):
+        src[r, :n] = rng.integers(4, vocab, n)
+        tgt[r, 0], tgt[r, 1:n] = 2, rng.integers(4, vocab, n - 1)
+        tgt[r, n] = 3
+    return {"src": jnp.asarray(src), "tgt_in": jnp.asarray(tgt[:, :-1]),
+            "tgt_out": jnp.asarray(tgt[:, 1:])}
+
+
+def test_program_of_seeds_equals_each_seed_alone():
+    """Three steps of two seeds through a SeedGroup (their batches of 8 and 6 rows, then of
+    different lengths) against each seed's own jitted step: same parameters, optimizer
+    state, step counters and metrics; one program per step while the lengths agree."""
+    configs = []
+    for seed in (0, 1):
+        cfg = smoke.get_config()
+        cfg.train.seed = seed
+        configs.append(cfg)
+    vocab = 50
+    graphdef, _ = create_train_state(configs[0], vocab, vocab)
+    states = [create_train_state(cfg, vocab, vocab)[1] for cfg in configs]
+    alone = [jax.tree.map(jnp.copy, s) for s in states]
+    rng = np.random.default_rng(0)
+    steps = [[_batch(rng, 8, 16, vocab), _batch(rng, 6, 16, vocab)],  # rows differ: padded
+             [_batch(rng, 8, 16, vocab), _batch(rng, 8, 16, vocab)],
+             [_batch(rng, 8, 16, vocab), _batch(rng, 4, 32, vocab)]]  # lengths differ: 2 groups
+    assert [batch_groups(dict(enumerate(b))) for b in steps] == [[[0, 1]], [[0, 1]], [[0], [1]]]
+    assert batch_groups(dict(enumerate(steps[0])), full_shape=True) == [[0], [1]]
+
+    stop = StopRequest()
+    try:
+        group = SeedGroup([0, 1], stop)
+        slots = [group.slot(seed).make_step(graphdef, cfg.train) for seed, cfg in
+                 enumerate(configs)]
+        together = list(states)
+        for batches in steps:
+            results = [None, None]
+
+            def run(seed, batches=batches, results=results):
+                results[seed] = slots[seed](together[seed], batches[seed])
+
+            threads = [threading.Thread(target=run, args=(seed,)) for seed in (0, 1)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=300)
+            for seed in (0, 1):
+                together[seed], got = results[seed]
+                alone[seed], want = make_train_step(graphdef, configs[seed].train)(
+                    alone[seed], batches[seed])
+                for key in want:
+                    np.testing.assert_allclose(got[key], want[key], rtol=1e-5, err_msg=key)
+        assert group.programs_run == 4
+    finally:
+        stop.restore()
+    for seed in (0, 1):
+        assert int(together[seed]["step"]) == 3
+        assert_states_close(together[seed], alone[seed])
+    # The seeds did train apart: different initialisations and dropout.
+    assert not np.allclose(comparable(together[0])["['params']['decoder_norm']['scale']"],
+                           comparable(together[1])["['params']['decoder_norm']['scale']"])
+
+
+def test_a_seed_that_leaves_frees_the_others():
+    """A seed that ends (here: before its first step) never makes the others wait."""
+    cfg = smoke.get_config()
+    graphdef, state = create_train_state(cfg, 50, 50)
+    stop = StopRequest()
+    try:
+        group = SeedGroup([0, 1], stop)
+        step = group.slot(0).make_step(graphdef, cfg.train)
+        group.leave(1)
+        new, metrics = step(state, _batch(np.random.default_rng(1), 8, 16, 50))
+        assert int(new["step"]) == 1 and float(metrics["tokens"]) > 0
+    finally:
+        stop.restore()
+
+
+def saved_steps(run) -> list[int]:
+    folder = run / "checkpoints"
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) \
+        if folder.is_dir() else []
+
+
+def restore(run, step: int) -> tuple[dict, dict]:
+    """(state, meta) of checkpoint `step` of `run`."""
+    state = ocp.StandardCheckpointer().restore((run / "checkpoints" / str(step) / "state")
+                                               .absolute())
+    meta = json.loads((run / "checkpoints" / str(step) / "meta" / "metadata").read_text())
+    return state, meta
+
+
+def train_losses(run) -> list[tuple[int, float]]:
+    events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(e["step"], e["loss"]) for e in events if e["split"] == "train"]
+
+
+@pytest.mark.slow
+def test_together_ends_where_each_seed_alone_ends_and_resumes_after_a_kill(tmp_path):
+    """2 seeds x 30 steps: `--seeds 2` one after another, then `--seeds 2 --together`
+    SIGKILLed once both seeds saved a checkpoint and run again with the same command; each
+    seed's checkpoints, parameters, optimizer state, data position and train losses are
+    those of the seed trained alone."""
+    apart, together = tmp_path / "apart", tmp_path / "together"
+    result = run_script("train.py", *TRAIN, "--workdir", str(apart), "--seeds", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    args = [sys.executable, str(REPO / "train.py"), *TRAIN, "--workdir", str(together),
+            "--seeds", "2", "--together"]
+    log = open(tmp_path / "killed.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.monotonic() + 300
+    seeds = [together / "seed0", together / "seed1"]
+    while not all(saved_steps(s) for s in seeds) and proc.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=60) == -signal.SIGKILL, (tmp_path / "killed.log").read_text()
+    log.close()
+    killed_at = [saved_steps(s) for s in seeds]
+    assert all(steps and max(steps) < STEPS for steps in killed_at), killed_at
+
+    result = run_script(*args[1:])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from step" in result.stderr
+    for seed in (0, 1):
+        run, alone = together / f"seed{seed}", apart / f"seed{seed}"
+        assert saved_steps(run) == saved_steps(alone) == [25, 30]
+        state, meta = restore(run, STEPS)
+        want_state, want_meta = restore(alone, STEPS)
+        assert_states_close(state, want_state)
+        assert int(state["step"]) == STEPS
+        for key in ("epoch", "batch_index", "best_step"):
+            assert meta[key] == want_meta[key], key
+        got, want = train_losses(run), train_losses(alone)
+        assert [s for s, _ in got] == [s for s, _ in want] == [10, 20, 30]
+        # A log's loss is the mean since the previous log or the resume: compare the logs
+        # whose 10 steps all ran after the restored step.
+        restored = max(killed_at[seed])
+        full = [k for k, (s, _) in enumerate(want) if s - 10 >= restored]
+        assert full, (restored, want)
+        np.testing.assert_allclose([got[k][1] for k in full], [want[k][1] for k in full],
+                                   rtol=1e-5)
+        assert list((run / "attention").glob("*.npz"))
+        assert json.loads((run / "config.json").read_text())["train"]["seed"] == seed

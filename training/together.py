@@ -1,0 +1,225 @@
+"""Seeds stepped together: `train.py --seeds N --together` trains seeds 0..N-1 of one
+config with one program per step, so that on an accelerator N seeds cost about one.
+
+Each seed runs train.py's own `train` (every check, resume, hook, checkpoint and metric
+of a run) in a thread of its own, into the same `<parent>/seed<k>/` workdir as
+`--seeds N`; only its train step differs. The steps of all seeds meet in a `SeedGroup`,
+which runs them as one jitted program (`_together`): the seeds' train states and
+batches stacked on a leading seed axis, the step function of `make_train_step` vmapped
+over it, each seed with its own dropout base key (`train.seed = k`), and the results
+unstacked into one state per seed again, inside the program, so the host does no
+per-seed array work and each seed's checkpoint is what training it alone would save.
+
+Batches: each seed has its own TrainBatcher (seed k), so at one step the seeds'
+batches may differ in shape. Seeds whose batches differ only in their number of rows
+(packing's short last batches, data/packing.py) share one program: the shorter ones get
+all-pad rows, which carry no loss weight (data/batching.py), and dropout masks are drawn
+by flat element index with rows leading (attention/dropout.py), so the real rows keep
+their masks and each seed's update is the one it makes alone (to float rounding). Seeds
+whose sequence lengths differ (or any shape, with R-Drop, which stacks the batch twice)
+run as separate groups of that step, each one vmapped program. With packed batches
+(`data.pack_length`) nearly every step is one program.
+
+Threads: seeds are set up one after another (tokenizer, data cache, restore), each
+starting once the one before it has reached its first step; SIGINT / SIGTERM are
+caught by the main thread and reach every seed, which saves and exits as a lone run
+does. A seed that ends (finished, or an error) leaves the group and the others go on;
+no seed is started after one failed; the first error is raised once every seed ended.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from training.loop import StopRequest
+from training.step import make_train_step
+
+
+class SharedStop:
+    """The seeds' view of the main thread's StopRequest: the same signal for all; its
+    handlers are put back by the main thread (a thread cannot set signal handlers)."""
+
+    def __init__(self, stop: StopRequest):
+        self._stop = stop
+
+    @property
+    def signum(self) -> int:
+        return self._stop.signum
+
+    @property
+    def name(self) -> str:
+        return self._stop.name
+
+    def restore(self) -> None:
+        pass
+
+
+class SeedSlot:
+    """What one seed's `train` takes from the group: `stop` (a `SharedStop`) and
+    `make_step`, a stand-in for `make_train_step` whose step runs with the other seeds'."""
+
+    def __init__(self, group: SeedGroup, seed: int):
+        self.group, self.seed, self.stop = group, seed, group.stop
+
+    def make_step(self, graphdef, cfg_train, plugins=()) -> Callable:
+        """`make_train_step(graphdef, cfg_train, plugins=plugins)`'s signature and step:
+        `(state, batch[, lr_scale]) -> (state, metrics)`, blocking until every seed of
+        the group has given its step (not its result: the program runs asynchronously)."""
+        self.group.set_step_fn(make_train_step(graphdef, cfg_train, plugins=plugins, jit=False),
+                               bool(cfg_train.rdrop_alpha))
+        key = jax.random.key(cfg_train.seed)
+        return functools.partial(self.group.step, self.seed, key)
+
+
+class SeedGroup:
+    """The rendezvous of the seeds' train steps: once every seed still training has
+    given its (state, batch, lr_scale), the first to find the group complete runs them
+    all (`_together`) and each seed gets its own new state and metrics back."""
+
+    def __init__(self, seeds: Sequence[int], stop: StopRequest):
+        self.stop = SharedStop(stop)
+        self._cond = threading.Condition()
+        self._members = set(seeds)  # seeds that have not left (started or not)
+        self._arrived: set[int] = set()  # seeds that gave a step or left
+        self._pending: dict[int, tuple] = {}  # seed -> (key, state, batch, lr_scale)
+        self._results: dict[int, object] = {}  # seed -> (state, metrics) or an exception
+        self._program: Callable | None = None
+        self._rdrop = False
+        self.programs_run = 0  # calls of the jitted program (tests count them)
+
+    def slot(self, seed: int) -> SeedSlot:
+        return SeedSlot(self, seed)
+
+    def set_step_fn(self, step_fn: Callable, rdrop: bool) -> None:
+        """The unjitted step of the first seed (`make_train_step(..., jit=False)`); the
+        seeds' configs differ only in train.seed, which enters as each seed's key."""
+        with self._cond:
+            if self._program is None:
+                self._program = jax.jit(functools.partial(_together, step_fn), donate_argnums=0)
+                self._rdrop = rdrop
+
+    def step(self, seed: int, key: jax.Array, state: dict, batch: dict, lr_scale=None):
+        with self._cond:
+            self._arrived.add(seed)
+            self._pending[seed] = (key, state, batch, lr_scale)
+            self._cond.notify_all()  # `wait_arrived` of the main thread
+            self._run_if_complete()
+            while seed not in self._results:
+                self._cond.wait()
+            result = self._results.pop(seed)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def leave(self, seed: int) -> None:
+        """`seed` trains no more (it ended, or failed): the others stop waiting for it."""
+        with self._cond:
+            self._members.discard(seed)
+            self._arrived.add(seed)
+            self._run_if_complete()
+            self._cond.notify_all()
+
+    def wait_arrived(self, seed: int) -> None:
+        """Until `seed` has given its first step or left (its set-up is over)."""
+        with self._cond:
+            while seed not in self._arrived:
+                self._cond.wait()
+
+    def _run_if_complete(self) -> None:
+        """With the lock held: run the pending steps once every member has given one."""
+        if not self._pending or not self._members <= self._pending.keys():
+            return
+        pending, self._pending = self._pending, {}
+        try:
+            for seeds in batch_groups({k: v[2] for k, v in pending.items()}, self._rdrop):
+                keys, states, batches, scales = zip(*(pending[k] for k in seeds), strict=True)
+                new_states, metrics = self._program(
+                    states, batches, None if scales[0] is None else scales, keys)
+                self.programs_run += 1
+                self._results.update(zip(seeds, zip(new_states, metrics, strict=True),
+                                         strict=True))
+        except Exception as err:  # noqa: BLE001 - every waiting seed raises it
+            for seed in pending:
+                self._results.setdefault(seed, err)
+        self._cond.notify_all()
+
+
+def batch_groups(batches: dict[int, dict], full_shape: bool = False) -> list[list[int]]:
+    """The seeds (keys of `batches`, {seed: batch}) that can share one program, in
+    groups: equal keys, dtypes and shapes but for the leading rows axis (all of it when
+    `full_shape`: R-Drop's doubled batch would move the second copy's dropout masks)."""
+    groups: dict[tuple, list[int]] = {}
+    for seed in sorted(batches):
+        signature = tuple(sorted((name, tuple(x.shape[0 if full_shape else 1:]), str(x.dtype))
+                                 for name, x in batches[seed].items()))
+        groups.setdefault(signature, []).append(seed)
+    return list(groups.values())
+
+
+def _together(step_fn: Callable, states: tuple, batches: tuple, lr_scales: tuple | None,
+              keys: tuple) -> tuple[tuple, tuple]:
+    """One train step of n seeds as one program (jitted by SeedGroup, states donated).
+
+    states: n train states (training/step.py) of one structure; batches: n batches with
+    equal keys, each array [B_k, ...] with the same trailing shape; lr_scales: n float32
+    scalars, or None; keys: n typed PRNG keys (each seed's dropout base key).
+    Returns (n new states, n metrics dicts), each seed's as `step_fn` alone gives them.
+    """
+    rows = max(x.shape[0] for batch in batches for x in batch.values())
+
+    def pad_rows(x):  # all-pad rows: no loss weight, and the real rows' masks stay put
+        return jnp.pad(x, [(0, rows - x.shape[0])] + [(0, 0)] * (x.ndim - 1))
+
+    stack = lambda *xs: jnp.stack(xs)  # noqa: E731
+    new, metrics = jax.vmap(step_fn)(
+        jax.tree.map(stack, *states),
+        jax.tree.map(stack, *[jax.tree.map(pad_rows, b) for b in batches]),
+        None if lr_scales is None else jnp.stack(lr_scales),
+        jnp.stack(keys))
+
+    def unstack(tree) -> tuple:
+        return tuple(jax.tree.map(lambda x, k=k: x[k], tree) for k in range(len(states)))
+
+    return unstack(new), unstack(metrics)
+
+
+def train_together(run_seed: Callable[[int, SeedSlot], int], seeds: Sequence[int]) -> int:
+    """Runs `run_seed(seed, slot)` (train.py's `train` of that seed, its step taken from
+    `slot`) for every seed in a thread of its own, their steps one program (module
+    docstring). Returns the first non-zero exit code (130 / 143 after a signal), else 0;
+    raises the first seed's exception (by seed order) once all have ended."""
+    stop = StopRequest()  # in the main thread, the one that can catch signals
+    group = SeedGroup(seeds, stop)
+    outcomes: dict[int, int | BaseException] = {}
+
+    def work(seed: int) -> None:
+        try:
+            outcomes[seed] = run_seed(seed, group.slot(seed))
+        except BaseException as err:  # noqa: BLE001 - raised again in the main thread
+            outcomes[seed] = err
+        finally:
+            group.leave(seed)
+
+    threads = []
+    try:
+        for seed in seeds:
+            if any(isinstance(o, BaseException) for o in outcomes.values()):
+                group.leave(seed)  # not started: a seed failed
+                continue
+            thread = threading.Thread(target=work, args=(seed,), name=f"seed{seed}", daemon=True)
+            thread.start()
+            threads.append(thread)
+            group.wait_arrived(seed)  # one seed's set-up at a time
+        for thread in threads:
+            thread.join()
+    finally:
+        stop.restore()
+    for seed in seeds:
+        if isinstance(outcome := outcomes.get(seed), BaseException):
+            raise outcome
+    return next((code for seed in seeds if (code := outcomes.get(seed, 0))), 0)
