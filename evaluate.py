@@ -26,6 +26,8 @@ Flags (defaults in brackets):
                        (--source/--reference files are raw text, put into the protocol)
   --save_attention N   record the attention maps of the returned hypotheses of the first
                        N sentences [0]
+  --contributions      with --save_attention: also the norm-based maps and ALTI+ source /
+                       target contributions (models/contributions.py) in the map file
   --max_sentences N    only the first N lines of the input [0 = all]
   --ensemble W2[,W3..] decode --workdir and these runs as one ensemble (models/ensemble.py:
                        the mean of their log-probabilities at each step; maps of the
@@ -164,6 +166,7 @@ class EvalOptions:
     batch_size: int | None = None
     compat_lc_tok: bool = False
     save_attention: int = 0
+    contributions: bool = False
     max_sentences: int = 0
     name: str | None = None
     ensemble: tuple[str, ...] = ()
@@ -178,6 +181,8 @@ class EvalOptions:
             value = getattr(self, key)
             if value is not None and value < low:
                 raise UserError(f"--{key} must be at least {low}, got {value}")
+        if self.contributions and not self.save_attention:
+            raise UserError("--contributions only applies with --save_attention N")
         if self.length_penalty is not None and self.length_penalty < 0:
             raise UserError(f"--length_penalty must be >= 0, got {self.length_penalty}")
         if self.split not in (None, "valid", "test"):
@@ -204,6 +209,7 @@ FLAG_HELP = {
     "compat_lc_tok": "Also report BLEU on lowercased, Moses-tokenized text (the Multi30k "
                      "literature's metric).",
     "save_attention": "Save attention maps of the first N sentences.",
+    "contributions": "With --save_attention: also norm-based maps and ALTI+ contributions.",
     "max_sentences": "Only the first N input lines (0 = all).",
     "name": "Output name in <workdir>/eval/ (default <split|source stem>.step<S>."
             "<greedy|beamK>).",
@@ -448,7 +454,8 @@ def decode_and_write(run: Prepared, out_dir: Path) -> dict:
         path, attention_timing = save_attention(
             run.model, tokenizer, inputs.sources, opts.save_attention, beam_size=beam_size,
             length_penalty=length_penalty, batch_size=batch_size, step=loaded.steps[-1],
-            out_dir=out_dir, stem=f"{name}.attention", progress=True)
+            out_dir=out_dir, stem=f"{name}.attention", progress=True,
+            contributions=opts.contributions)
         timing["attention_seconds"] = time.perf_counter() - start
         timing.update(attention_timing)
         files["attention"] = str(path)

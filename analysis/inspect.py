@@ -4,7 +4,7 @@
         [--layer L|mean] [--head H|mean] [--out fig.png] [--grid | --rollout]
         [--html out.html [--heads_json heads.json]]
         [--align] [--gold gold.talp] [--words] [--shift] [--layers 2,3] [--heads mean]
-        [--keep-eos]
+        [--keep-eos] [--measure weights|norm|alti]
     python -m attention.inspect --html out.html [--heads_json heads.json] FILE.npz FILE.npz ...
 
 Without --out / --html / --align it writes `<stem>.ex<I>.<kind>.<layer>.<head>.png`
@@ -32,6 +32,16 @@ sentence's AER in the title; --html draws the same links on every example's
 cross-attention (toggle "show alignments"). --gold alone (no --align) draws, prints no
 alignments; gold line i + 1 goes with example i.
 
+--measure picks what is drawn and aligned (models/contributions.py; the file must hold
+the contribution arrays: `evaluate.py --save_attention N --contributions` or
+`attention_maps.contributions=True`): `weights` (default) the attention weights; `norm`
+the norm-based map ||alpha f(x)|| (Kobayashi et al. 2020) of --kind / --layer / --head,
+default name `<stem>.ex<I>.<kind>.<layer>.<head>.norm.png`; `alti` the ALTI+
+contributions (Ferrando et al. 2022) of every source and target-prefix token to each
+target step, with the source share per step in the title and side panel, default name
+`<stem>.ex<I>.alti.png` (no layer, head or kind: it spans the whole model). --align reads
+its links from the chosen measure (`alti`: the source contributions).
+
 Flags follow the absl convention of `common/cli.py` (`--flag value` or `--flag=value`,
 `--noflag` for booleans, `--debug` for tracebacks). Bad input gives one `error: ...` line
 on stderr, exit status 2, and no file written. `run(...)` is the same tool as a Python
@@ -45,10 +55,18 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from absl import flags
 
 from alignment.links import aer, extract_alignment, format_pharaoh, read_talp
-from attention.mapfile import KINDS, AttentionMaps, MapFormatError, load_maps, validate_maps
+from attention.mapfile import (
+    KINDS,
+    MEASURES,
+    AttentionMaps,
+    MapFormatError,
+    load_maps,
+    validate_maps,
+)
 from common.errors import UserError
 
 FLAGS = flags.FLAGS
@@ -56,7 +74,7 @@ USAGE = "usage: python -m attention.inspect FILE.npz [FILE.npz ...] [flags], see
 # The flags of `define_flags`; each is the keyword argument of `run` with "-" as "_"
 # ("keep-eos" keeps the dash it always had: absl accepts it).
 RUN_FLAGS = ("example", "kind", "layer", "head", "out", "grid", "rollout", "html", "heads_json",
-             "align", "gold", "words", "shift", "layers", "heads", "keep-eos")
+             "align", "gold", "words", "shift", "layers", "heads", "keep-eos", "measure")
 
 
 def define_flags() -> None:
@@ -89,6 +107,8 @@ def define_flags() -> None:
                         "--head).")
     flags.DEFINE_bool("keep-eos", False, "Let </s> win the argmax (such target tokens stay "
                       "unaligned).")
+    flags.DEFINE_enum("measure", "weights", MEASURES, "What to draw and align: attention "
+                      "weights, norm-based maps or ALTI+ contributions.")
 
 
 def _one(value: str, size: int, flag: str, what: str) -> int | str:
@@ -146,6 +166,46 @@ def _plot_rollout(maps: AttentionMaps, example: int, layer: int | str, head: int
     return plot_rollout(matrix, maps.key_tokens(example, "encoder_self"), out, title)
 
 
+def _norm_figure(maps: AttentionMaps, example: int, kind: str, layer: int | str,
+                 head: int | str):
+    """The norm-based map ||alpha f(x)|| of one example / kind / layer / head."""
+    from attention.heatmaps import AXIS_NAMES, heatmap_title, matrix_figure
+
+    ylabel, xlabel = AXIS_NAMES[kind]
+    title = ("norm-based attention ||αf(x)|| (Kobayashi et al. 2020) · "
+             + heatmap_title(maps, example, kind, layer, head))
+    return matrix_figure(maps.matrix(example, kind, layer, head, measure="norm"),
+                         maps.query_tokens(example, kind), maps.key_tokens(example, kind),
+                         xlabel=xlabel, ylabel=ylabel, title=title,
+                         colorbar_label="||α f(x)||")
+
+
+def _alti_figure(maps: AttentionMaps, example: int):
+    """ALTI+ of one example: a [T, S + T] heatmap, the source then the target prefix,
+    and the source share of each step beside it."""
+    from attention.heatmaps import matrix_figure
+
+    source, target = maps.alti(example)  # [T, S], [T, T]
+    share = source.sum(-1)
+    keys = maps.key_tokens(example, "cross") + maps.query_tokens(example, "cross")
+    title = (f"ALTI+ contributions (Ferrando et al. 2022) · source | target prefix\n"
+             f"example {example} · {maps.decode} · step {maps.step} · "
+             f"mean source share {share.mean():.3f}")
+    fig = matrix_figure(np.concatenate([source, target], axis=1),
+                        maps.query_tokens(example, "cross"), keys,
+                        xlabel="source (left) | target prefix, decoder input (right)",
+                        ylabel="target step, decoder input (query)", title=title,
+                        colorbar_label="contribution")
+    ax = fig.axes[0]
+    ax.axvline(source.shape[1] - 0.5, color="white", linewidth=2)
+    side = ax.inset_axes([1.02, 0.0, 0.12, 1.0], sharey=ax)
+    side.barh(range(len(share)), share, color="tab:orange")
+    side.set_xlim(0, 1)
+    side.set_xlabel("source\nshare", fontsize=8)
+    side.tick_params(labelleft=False, labelsize=7)
+    return fig
+
+
 def _read_gold(gold: str, needed: int) -> list:
     """The first `needed` sentences of a TALP file; UserError if unreadable or too short."""
     try:
@@ -199,7 +259,8 @@ def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int |
         grid: bool = False, rollout: bool = False, html: str | None = None,
         heads_json: str | None = None, align: bool = False, gold: str | None = None,
         words: bool = False, shift: bool = False, layers: str | None = None,
-        heads: str | None = None, keep_eos: bool = False) -> list[str]:
+        heads: str | None = None, keep_eos: bool = False,
+        measure: str = "weights") -> list[str]:
     """The whole tool: validate everything, then write files; returns the stdout lines.
 
     `file` is one map file, or a list of them (several only with `html`: one viewer
@@ -220,6 +281,16 @@ def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int |
         raise UserError(f"{align_only[0]} only applies with --align or --gold")
     if heads_json and not html:
         raise UserError("--heads_json only applies with --html")
+    if measure not in MEASURES:  # absl checks the flag; this is for Python callers
+        raise UserError(f"--measure must be one of {', '.join(MEASURES)}, got {measure!r}")
+    if measure != "weights":
+        other = [f for f, on in (("--grid", grid), ("--rollout", rollout), ("--html", html))
+                 if on]
+        if other:
+            raise UserError(f"{other[0]} draws attention weights only, not --measure {measure}")
+    if measure == "alti" and (kind != "cross" or layer != "mean" or head != "mean"):
+        raise UserError("--measure alti spans the whole model: no --kind, --layer or --head "
+                        "(use --layers / --heads only with weights or norm)")
     if rollout and grid:
         raise UserError("--rollout and --grid draw different figures: choose one")
     if kind not in KINDS:  # absl checks the flag; this is for Python callers
@@ -240,6 +311,10 @@ def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int |
                             "go to --html)")
     every = [_load(p) for p in paths]
     path, maps, name = paths[0], every[0], paths[0].name
+    if measure != "weights" and not maps.has_contributions:
+        raise UserError(f"{path} has no contribution arrays for --measure {measure}: record "
+                        "them with evaluate.py --save_attention N --contributions or "
+                        "attention_maps.contributions=True")
     if rollout:  # --layer then counts encoder layers
         kind = "encoder_self"
     n_layers, n_heads = maps.num_layers(kind), maps.num_heads
@@ -262,6 +337,7 @@ def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int |
         head_sel = _many(heads or head, n_heads, "--heads", f"the model has {n_heads} heads")
         settings = dict(layers=layer_sel, heads=head_sel, shift=shift, skip_eos=not keep_eos)
         examples = list(range(maps.num_examples)) if example is None else [chosen]
+        aligned = maps.as_measure(measure)  # links read from the measure's cross map
         links = None
         if gold:
             links = _read_gold(gold, max(examples[-1] + 1 if align else 0,
@@ -272,7 +348,7 @@ def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int |
             for m, label in zip(every, _names(paths), strict=True) if html else ():
                 _check_gold_fits(gold, links, m, label, range(m.num_examples))
         if align:
-            hyps = [extract_alignment(maps, i, words=words, **settings) for i in examples]
+            hyps = [extract_alignment(aligned, i, words=words, **settings) for i in examples]
             lines += [format_pharaoh(h) for h in hyps]
             if gold:
                 lines.append(f"AER = {aer(hyps, [links[i] for i in examples]):.4f} "
@@ -302,6 +378,14 @@ def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int |
     if rollout:
         target = out or path.with_name(f"{path.stem}.ex{chosen}.encoder_self.rollout.png")
         writers.append(("--out", target, lambda p: _plot_rollout(maps, chosen, layer_i, head_i, p)))
+    elif measure == "alti" and (out or not align):
+        target = out or path.with_name(f"{path.stem}.ex{chosen}.alti.png")
+        writers.append(("--out", target, lambda p: save_png(_alti_figure(maps, chosen), p)))
+    elif measure == "norm" and (out or not align):
+        target = out or path.with_name(png_name(path.stem, chosen, kind, layer_i, head_i)
+                                       .removesuffix(".png") + ".norm.png")
+        writers.append(("--out", target, lambda p: save_png(
+            _norm_figure(maps, chosen, kind, layer_i, head_i), p)))
     elif out or grid or not (html or align):
         if grid:
             target = out or path.with_name(f"{path.stem}.ex{chosen}.{kind}.{layer_i}.heads.png")

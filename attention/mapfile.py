@@ -32,6 +32,26 @@ Invariants (checked by `validate_maps`): for every valid query row, the weights 
 the valid keys sum to 1; padded keys and padded query rows are exactly 0;
 `decoder_self` is causal (its upper triangle is exactly 0). Under beam search the
 maps are those of the returned hypothesis.
+
+Contributions (optional: all of these arrays or none; written when asked for, e.g.
+`evaluate.py --save_attention N --contributions`; models/contributions.py defines them):
+
+| array                       | shape               | meaning                                         |
+|-----------------------------|---------------------|-------------------------------------------------|
+| `norm_encoder_self`         | [N, L_enc, H, S, S] | norm-based attention ||alpha f(x)|| per head      |
+| `norm_decoder_self`         | [N, L_dec, H, T, T] | (Kobayashi et al. 2020)                         |
+| `norm_cross`                | [N, L_dec, H, T, S] |                                                 |
+| `norm_resln_encoder_self`   | [N, L_enc, S, S]    | per layer, heads summed, residual and layer     |
+| `norm_resln_decoder_self`   | [N, L_dec, T, T]    | norm folded in (Kobayashi et al. 2021)          |
+| `norm_resln_cross`          | [N, L_dec, T, S]    |                                                 |
+| `norm_resln_cross_residual` | [N, L_dec, T]       | the same for the cross block's residual term    |
+| `alti_source`               | [N, T, S]           | ALTI+ (Ferrando et al. 2022): each source and   |
+| `alti_target`               | [N, T, T]           | decoder-input token's share in the prediction   |
+|                             |                     | at step t; a valid row of the two sums to 1     |
+| `source_share`              | [N, T]              | the source's total share: `alti_source` summed  |
+
+All float32, exactly 0 outside the valid lengths; `alti_target` is causal. A file
+without them loads as before (the fields are None).
 """
 
 from __future__ import annotations
@@ -53,6 +73,24 @@ KINDS = ("encoder_self", "decoder_self", "cross")
 DECODE_MODES = ("teacher_forced", "greedy", "beam")
 ARRAY_NAMES = (*KINDS, "source_tokens", "target_tokens", "source_lengths", "target_lengths",
                "step", "decode")
+# The optional contribution arrays: the axes after N of each, "Le" / "Ld" the encoder /
+# decoder layers, "H" heads, "S" / "T" source / target positions.
+CONTRIBUTION_AXES = {
+    "norm_encoder_self": ("Le", "H", "S", "S"),
+    "norm_decoder_self": ("Ld", "H", "T", "T"),
+    "norm_cross": ("Ld", "H", "T", "S"),
+    "norm_resln_encoder_self": ("Le", "S", "S"),
+    "norm_resln_decoder_self": ("Ld", "T", "T"),
+    "norm_resln_cross": ("Ld", "T", "S"),
+    "norm_resln_cross_residual": ("Ld", "T"),
+    "alti_source": ("T", "S"),
+    "alti_target": ("T", "T"),
+    "source_share": ("T",),
+}
+CONTRIBUTION_NAMES = tuple(CONTRIBUTION_AXES)
+# What a map shows: the attention weights, the norm-based map (per layer and head, as the
+# weights) or ALTI+ (source and target-prefix contributions of each prediction).
+MEASURES = ("weights", "norm", "alti")
 
 
 class MapFormatError(UserError, ValueError):
@@ -73,6 +111,22 @@ class AttentionMaps:
     target_lengths: np.ndarray  # int32 [N]
     step: int
     decode: str
+    # Contributions (module docstring), None in a file recorded without them.
+    norm_encoder_self: np.ndarray | None = None  # float32 [N, L_enc, H, S, S]
+    norm_decoder_self: np.ndarray | None = None  # float32 [N, L_dec, H, T, T]
+    norm_cross: np.ndarray | None = None  # float32 [N, L_dec, H, T, S]
+    norm_resln_encoder_self: np.ndarray | None = None  # float32 [N, L_enc, S, S]
+    norm_resln_decoder_self: np.ndarray | None = None  # float32 [N, L_dec, T, T]
+    norm_resln_cross: np.ndarray | None = None  # float32 [N, L_dec, T, S]
+    norm_resln_cross_residual: np.ndarray | None = None  # float32 [N, L_dec, T]
+    alti_source: np.ndarray | None = None  # float32 [N, T, S]
+    alti_target: np.ndarray | None = None  # float32 [N, T, T]
+    source_share: np.ndarray | None = None  # float32 [N, T]
+
+    @property
+    def has_contributions(self) -> bool:
+        """Whether the contribution arrays are present (they come all together)."""
+        return self.alti_source is not None
 
     @property
     def num_examples(self) -> int:
@@ -88,11 +142,50 @@ class AttentionMaps:
         """L_enc for "encoder_self", L_dec for the two decoder kinds."""
         return int(self.weights(kind).shape[1])
 
-    def weights(self, kind: str) -> np.ndarray:
-        """The array of one kind: float32 [N, L, H, Q, K]."""
+    def weights(self, kind: str, measure: str = "weights") -> np.ndarray:
+        """The array of one kind: float32 [N, L, H, Q, K], the attention weights or (measure
+        "norm") the norm-based map. ValueError for an unknown kind or measure, or "norm" in
+        maps recorded without contributions."""
         if kind not in KINDS:
             raise ValueError(f"unknown attention kind {kind!r}; expected one of {', '.join(KINDS)}")
-        return getattr(self, kind)
+        if measure == "weights":
+            return getattr(self, kind)
+        if measure != "norm":
+            raise ValueError(f"measure {measure!r} has no per-layer, per-head {kind} map "
+                             "(weights or norm)")
+        if not self.has_contributions:
+            raise ValueError("these maps were recorded without contributions (no norm-based "
+                             "maps): record them with contributions")
+        return getattr(self, f"norm_{kind}")
+
+    def as_measure(self, measure: str) -> AttentionMaps:
+        """These maps with the weights replaced by a contribution measure, for the tools
+        that read weights (word alignment): "weights" -> self; "norm" -> the norm-based
+        map of every kind; "alti" -> `cross` is `alti_source` on every layer and head
+        (ALTI+ has neither), the other kinds stay the weights. The result is for reading:
+        its rows do not sum to 1."""
+        if measure == "weights":
+            return self
+        if measure not in MEASURES:
+            raise ValueError(f"unknown measure {measure!r}; expected one of {', '.join(MEASURES)}")
+        if not self.has_contributions:
+            raise ValueError(f"these maps were recorded without contributions (no {measure} "
+                             "maps): record them with contributions")
+        if measure == "norm":
+            kinds = {kind: getattr(self, f"norm_{kind}") for kind in KINDS}
+        else:
+            kinds = {"cross": np.broadcast_to(self.alti_source[:, None, None],
+                                              self.cross.shape).copy()}
+        return dataclasses.replace(self, **kinds)
+
+    def alti(self, example: int) -> tuple[np.ndarray, np.ndarray]:
+        """ALTI+ of one example's valid region: (source [T, S], target prefix [T, T]), row t
+        the shares in the prediction made at step t (each row of the two sums to 1)."""
+        if not self.has_contributions:
+            raise ValueError("these maps were recorded without contributions (no ALTI+): "
+                             "record them with contributions")
+        t, s = int(self.target_lengths[example]), int(self.source_lengths[example])
+        return self.alti_source[example, :t, :s], self.alti_target[example, :t, :t]
 
     def query_tokens(self, example: int, kind: str) -> list[str]:
         """Valid query tokens of one example: source pieces for encoder_self, else target."""
@@ -112,15 +205,17 @@ class AttentionMaps:
         kind: str,
         layer: int | str | Sequence[int] = "mean",
         head: int | str | Sequence[int] = "mean",
+        measure: str = "weights",
     ) -> np.ndarray:
         """Valid region of one example's map, averaged as asked.
 
         Args:
           layer, head: an index, "mean" (all of them) or a sequence of indices to average.
+          measure: "weights" or "norm" (`weights`).
         Returns:
           float32 [Q, K] with Q, K the valid query / key lengths (padding cut off).
         """
-        w = self.weights(kind)
+        w = self.weights(kind, measure)
         if not 0 <= example < w.shape[0]:
             raise IndexError(f"example {example} out of range (file has {w.shape[0]})")
         q = len(self.query_tokens(example, kind))
@@ -179,6 +274,19 @@ def _check_format(maps: AttentionMaps, name: str) -> None:
         if n and (lengths.min() < 1 or lengths.max() > limit):
             fail(f"'{field}' out of range: values must lie in 1..{limit}, "
                  f"got {int(lengths.min())}..{int(lengths.max())}")
+    present = [a for a in CONTRIBUTION_NAMES if getattr(maps, a) is not None]
+    if present and len(present) != len(CONTRIBUTION_NAMES):
+        missing = [a for a in CONTRIBUTION_NAMES if a not in present]
+        fail(f"contribution arrays come all together: has {present[0]} but not "
+             f"{', '.join(missing)}")
+    sizes = {"Le": l_enc, "Ld": l_dec, "H": h, "S": s, "T": t}
+    for field in present:
+        a = getattr(maps, field)
+        shape = (n, *(sizes[axis] for axis in CONTRIBUTION_AXES[field]))
+        if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.shape != shape:
+            fail(f"'{field}' must be a float32 array of shape {shape} (N, "
+                 f"{', '.join(CONTRIBUTION_AXES[field])}), got {getattr(a, 'dtype', None)} "
+                 f"{getattr(a, 'shape', type(a).__name__)}")
     if isinstance(maps.step, bool) or not isinstance(maps.step, int | np.integer):
         fail(f"'step' must be an int, got {maps.step!r}")
     if maps.decode not in DECODE_MODES:
@@ -201,6 +309,9 @@ def save_maps(path: str | os.PathLike, maps: AttentionMaps) -> Path:
     arrays["target_lengths"] = np.asarray(maps.target_lengths, dtype=np.int32)
     arrays["step"] = np.asarray(int(maps.step), dtype=np.int64)
     arrays["decode"] = np.asarray(maps.decode, dtype=np.str_)
+    for name in CONTRIBUTION_NAMES:
+        if getattr(maps, name) is not None:
+            arrays[name] = np.ascontiguousarray(getattr(maps, name), dtype=np.float32)
     with atomic_file(path) as f:  # a file object: numpy would append ".npz" to a name
         np.savez_compressed(f, **arrays)
     return path
@@ -228,7 +339,7 @@ def load_maps(path: str | os.PathLike) -> AttentionMaps:
             if missing:
                 raise MapFormatError(f"{name}: not an attention map file, missing arrays: "
                                      f"{', '.join(missing)}")
-            arrays = {a: z[a] for a in ARRAY_NAMES}
+            arrays = {a: z[a] for a in (*ARRAY_NAMES, *CONTRIBUTION_NAMES) if a in z.files}
     except MapFormatError:
         raise
     except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
@@ -295,6 +406,47 @@ def validate_maps(maps: AttentionMaps, atol: float = 1e-4) -> None:
         n, layer, head, q, k = future[0]
         raise MapFormatError(f"decoder_self[example {n}, layer {layer}, head {head}] is not causal: "
                              f"query {q} attends to future key {k}")
+    if maps.has_contributions:
+        _validate_contributions(maps, src_valid, tgt_valid, atol)
+
+
+def _valid_cells(axes: Sequence[str], src_valid: np.ndarray, tgt_valid: np.ndarray) -> np.ndarray:
+    """bool [N, *axes] (size 1 on layer / head axes): the cells within the lengths."""
+    n = src_valid.shape[0]
+    mask = np.ones((n,) + (1,) * len(axes), dtype=bool)
+    for i, axis in enumerate(axes):
+        valid = {"S": src_valid, "T": tgt_valid}.get(axis)
+        if valid is not None:
+            shape = [n] + [1] * len(axes)
+            shape[i + 1] = valid.shape[1]
+            mask = mask & valid.reshape(shape)
+    return mask
+
+
+def _validate_contributions(maps: AttentionMaps, src_valid: np.ndarray, tgt_valid: np.ndarray,
+                            atol: float) -> None:
+    """Finite, non-negative, exactly 0 outside the lengths; ALTI+ rows sum to 1 over the
+    source and the target prefix, `alti_target` is causal, `source_share` is the row sum
+    of `alti_source`."""
+    for name, axes in CONTRIBUTION_AXES.items():
+        a = getattr(maps, name)
+        if not np.isfinite(a).all() or (a < 0).any():
+            raise MapFormatError(f"{name}: values must be finite and non-negative")
+        outside = np.argwhere((a != 0) & ~_valid_cells(axes, src_valid, tgt_valid))
+        if outside.size:
+            raise MapFormatError(f"{name}{list(map(int, outside[0]))} lies outside the lengths "
+                                 f"but is {a[tuple(outside[0])]:g}, expected exactly 0")
+    rows = maps.alti_source.sum(-1) + maps.alti_target.sum(-1)  # [N, T]
+    off = np.argwhere((np.abs(rows - 1.0) > atol) & tgt_valid)
+    if off.size:
+        n, q = off[0]
+        raise MapFormatError(f"alti_source + alti_target [example {n}] row {q} sums to "
+                             f"{rows[n, q]:.6f}, expected 1 (atol {atol:g})")
+    t = maps.alti_target.shape[-1]
+    if (maps.alti_target[:, np.triu(np.ones((t, t), dtype=bool), k=1)] != 0).any():
+        raise MapFormatError("alti_target is not causal: a step draws on a later target token")
+    if np.abs(maps.source_share - maps.alti_source.sum(-1)).max(initial=0) > atol:
+        raise MapFormatError("source_share differs from alti_source summed over the source")
 
 
 def _pad_tokens(rows: Sequence[Sequence[str]], width: int) -> np.ndarray:
@@ -312,6 +464,7 @@ def maps_from_arrays(
     target_pieces: Sequence[Sequence[str]],
     step: int,
     decode: str,
+    contributions: Mapping[str, np.ndarray] | None = None,
 ) -> AttentionMaps:
     """Build maps from the model's per-layer stacked weights.
 
@@ -325,6 +478,9 @@ def maps_from_arrays(
       target_pieces: B lists of decoder-input pieces starting with "<s>" (no "</s>");
         their lengths are the target lengths.
       step: training step of the weights; decode: "teacher_forced", "greedy" or "beam".
+      contributions: None, or every array of `CONTRIBUTION_AXES`, batch FIRST
+        ([B, L, H, T_in, S_in] etc., as `models.contributions.contributions` returns
+        them), cut and zeroed like the weights.
     Returns:
       AttentionMaps with S = longest source, T = longest target, zeros outside the lengths.
     """
@@ -350,9 +506,25 @@ def maps_from_arrays(
                  & (np.arange(k)[None, None, :] < k_len[:, None, None]))  # [B, Q, K]
         # The model masks padded keys but a padded query row still attends somewhere.
         out[kind] = np.where(valid[:, None, None], w, np.float32(0)).astype(np.float32)
+    if contributions is not None:
+        src_valid = np.arange(s)[None, :] < src_len[:, None]
+        tgt_valid = np.arange(t)[None, :] < tgt_len[:, None]
+        for name, axes in CONTRIBUTION_AXES.items():
+            a = _fit(np.asarray(contributions[name], dtype=np.float32), axes, s, t)
+            if a.shape[0] != b:
+                raise ValueError(f"contributions[{name!r}] must have B={b} first, got {a.shape}")
+            out[name] = np.where(_valid_cells(axes, src_valid, tgt_valid), a, np.float32(0))
     return AttentionMaps(**out, source_tokens=_pad_tokens(source_pieces, s),
                          target_tokens=_pad_tokens(target_pieces, t), source_lengths=src_len,
                          target_lengths=tgt_len, step=int(step), decode=decode)
+
+
+def _fit(a: np.ndarray, axes: Sequence[str], s: int, t: int) -> np.ndarray:
+    """[N, *axes] cut or zero-padded to S = s and T = t on its source / target axes."""
+    size = {"S": s, "T": t}
+    a = a[(slice(None), *(slice(0, size[x]) if x in size else slice(None) for x in axes))]
+    return np.pad(a, [(0, 0)] + [(0, size[x] - a.shape[i + 1]) if x in size else (0, 0)
+                                 for i, x in enumerate(axes)])
 
 
 def concatenate_maps(parts: Sequence[AttentionMaps],
@@ -385,6 +557,14 @@ def concatenate_maps(parts: Sequence[AttentionMaps],
         out[kind] = np.zeros((n, *arrs[0].shape[1:3], q, k), np.float32)
         for a, r in zip(arrs, part_rows, strict=True):
             out[kind][r, :, :, : a.shape[3], : a.shape[4]] = a
+    if len({p.has_contributions for p in parts}) != 1:
+        raise ValueError("cannot concatenate maps with and without contributions")
+    for name, axes in CONTRIBUTION_AXES.items() if first.has_contributions else ():
+        shape = _fit(getattr(first, name)[:0], axes, s, t).shape[1:]
+        out[name] = np.zeros((n, *shape), np.float32)  # filled in place, as the weights
+        for p, r in zip(parts, part_rows, strict=True):
+            a = getattr(p, name)
+            out[name][(r, *(slice(0, d) for d in a.shape[1:]))] = a
     back = np.argsort(rows)  # result row j <- example back[j] of the parts in turn
     src = [p.key_tokens(i, "cross") for p in parts for i in range(p.num_examples)]
     tgt = [p.query_tokens(i, "cross") for p in parts for i in range(p.num_examples)]

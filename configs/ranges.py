@@ -182,6 +182,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     # attention_maps
     "attention_maps.enabled": SWITCH,
     "attention_maps.num_examples": at_least(0),
+    "attention_maps.contributions": SWITCH,
 }
 
 

@@ -173,7 +173,8 @@ def summary_lines(result: dict) -> list[str]:
 
 def save_attention(model, tokenizer, sources: list[str], n: int, *, beam_size: int,
                    length_penalty: float, batch_size: int, step: int, out_dir: Path,
-                   stem: str, progress: bool = False) -> tuple[Path, dict]:
+                   stem: str, progress: bool = False,
+                   contributions: bool = False) -> tuple[Path, dict]:
     """Records the maps of the decoded hypotheses of the first `n` sentences and writes
     `<stem>.npz` plus PNG previews of the first few into `out_dir`.
 
@@ -182,7 +183,8 @@ def save_attention(model, tokenizer, sources: list[str], n: int, *, beam_size: i
     size, not N times it, and the weight buffers stay small. The file holds N examples
     in input order ([N, L, H, S, S] etc., padded to the longest: the padding is zeros,
     which `np.savez_compressed` stores in next to nothing). Previews skip sentences too
-    long to draw quickly (`attention.heatmaps.preview_pngs`).
+    long to draw quickly (`attention.heatmaps.preview_pngs`). `contributions` adds the
+    norm-based maps and ALTI+ (models/contributions.py) to the file.
 
     Returns (path of the map file, timing {"attention_record_seconds",
     "attention_preview_seconds"}).
@@ -190,13 +192,14 @@ def save_attention(model, tokenizer, sources: list[str], n: int, *, beam_size: i
     start = time.perf_counter()
     maps = record_maps_grouped(model, tokenizer, tokenizer.encode_source(sources[:n]),
                                beam_size=beam_size, length_penalty=length_penalty, step=step,
-                               batch_size=batch_size, progress=progress)
+                               batch_size=batch_size, progress=progress,
+                               contributions=contributions)
     path = save_maps(out_dir / f"{stem}.npz", maps)
     recorded = time.perf_counter()
     k = min(maps.num_examples, MAX_PREVIEW_EXAMPLES)
     preview = dataclasses.replace(maps, **{
         f.name: getattr(maps, f.name)[:k] for f in dataclasses.fields(maps)
-        if f.name not in ("step", "decode")})
+        if f.name not in ("step", "decode") and getattr(maps, f.name) is not None})
     preview_pngs(preview, out_dir, stem)
     return path, {"attention_record_seconds": recorded - start,
                   "attention_preview_seconds": time.perf_counter() - recorded}
@@ -233,7 +236,8 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
         src_ids = tokenizer.encode_source(valid[0][:n])
         for target_ids in (tokenizer.encode_target(valid[1][:n]), None):  # forced, decoded
             maps = record_maps(model, tokenizer, src_ids, target_ids, beam_size=cfg.eval.beam_size,
-                               length_penalty=cfg.eval.length_penalty, step=step)
+                               length_penalty=cfg.eval.length_penalty, step=step,
+                               contributions=cfg.attention_maps.get("contributions", False))
             stem = f"valid_step{step:07d}_{maps.decode}"
             save_maps(workdir / "attention" / f"{stem}.npz", maps)
             preview_pngs(maps, workdir / "attention", stem)

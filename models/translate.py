@@ -33,6 +33,7 @@ from tqdm import tqdm
 from data.batching import eval_batches, length_groups, restore_order
 from data.tokenizer import EOS_ID, PAD_ID
 from models.beam_search import beam_search
+from models.contributions import contributions as contributions_of
 from models.search import SearchOutput, max_target_length
 
 
@@ -134,13 +135,22 @@ def _teacher_forced_weights(graphdef, state, src, tgt_in) -> dict:
     return weights
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _teacher_forced_contributions(graphdef, state, src, tgt_in) -> dict:
+    """`models.contributions.contributions` of a teacher-forced batch (batch first)."""
+    return contributions_of(nnx.merge(graphdef, state), src, tgt_in)
+
+
 def record_maps(model, tokenizer, source_ids, target_ids=None, *, beam_size=1,
-                length_penalty=0.6, step=0):
+                length_penalty=0.6, step=0, contributions=False):
     """Attention maps (the map file of attention/mapfile.py) for a few sentences.
 
     With `target_ids` (lists without specials) the maps are teacher-forced on them;
     otherwise they are recorded while decoding (greedy or beam), for the returned
-    hypotheses. Returns `attention.mapfile.AttentionMaps`.
+    hypotheses. `contributions`: also the norm-based maps and ALTI+
+    (models/contributions.py), from a teacher-forced pass on the targets or on the
+    returned hypotheses (the decoder is causal: that pass attends as the search did).
+    Returns `attention.mapfile.AttentionMaps`.
     """
     from attention.mapfile import maps_from_arrays
     from data.batching import make_batch
@@ -159,12 +169,19 @@ def record_maps(model, tokenizer, source_ids, target_ids=None, *, beam_size=1,
                                  length_penalty=length_penalty, return_weights=True)
         hyps, weights = to_token_lists(result), result.weights
         decode = "greedy" if beam_size == 1 else "beam"
+        if contributions:
+            batch = make_batch(source_ids, hyps, rows, len(rows), batch["src"].shape[1],
+                               max(len(h) for h in hyps) + 1)
+    measured = None
+    if contributions:
+        measured = jax.device_get(_teacher_forced_contributions(graphdef, state, batch["src"],
+                                                                batch["tgt_in"]))
     weights = {k: np.asarray(v, np.float32) for k, v in jax.device_get(weights).items()}
     src_pieces = [tokenizer.source_pieces(ids) for ids in source_ids]
     # A hypothesis cut at max_length has no row for feeding its last token.
     rows = weights["cross"].shape[-2]
     tgt_pieces = [["<s>", *tokenizer.target_pieces(h)][:rows] for h in hyps]
-    return maps_from_arrays(weights, src_pieces, tgt_pieces, step, decode)
+    return maps_from_arrays(weights, src_pieces, tgt_pieces, step, decode, measured)
 
 
 def map_groups(source_ids: Sequence[Sequence[int]], *, beam_size: int, batch_size: int,
@@ -181,9 +198,10 @@ def map_groups(source_ids: Sequence[Sequence[int]], *, beam_size: int, batch_siz
 
 
 def record_maps_grouped(model, tokenizer, source_ids, *, beam_size=1, length_penalty=0.6,
-                        step=0, batch_size=64, max_cells=MAP_BATCH_CELLS, progress=False):
+                        step=0, batch_size=64, max_cells=MAP_BATCH_CELLS, progress=False,
+                        contributions=False):
     """`record_maps` of the decoded hypotheses of any number of sentences, in the batches
-    of `map_groups`, joined back in input order.
+    of `map_groups`, joined back in input order (`contributions` as in `record_maps`).
 
     source_ids: N id lists (with eos). Returns `attention.mapfile.AttentionMaps` with
     N examples in input order, S / T the longest source / target (zero-padded). A
@@ -196,7 +214,8 @@ def record_maps_grouped(model, tokenizer, source_ids, *, beam_size=1, length_pen
     groups = map_groups(source_ids, beam_size=beam_size, batch_size=batch_size,
                         max_cells=max_cells)
     parts = [record_maps(model, tokenizer, [source_ids[i] for i in group], None,
-                         beam_size=beam_size, length_penalty=length_penalty, step=step)
+                         beam_size=beam_size, length_penalty=length_penalty, step=step,
+                         contributions=contributions)
              for group in tqdm(groups, disable=not progress, desc="attention maps",
                                unit="batch", dynamic_ncols=True)]
     return concatenate_maps(parts, order=[i for group in groups for i in group])

@@ -293,3 +293,57 @@ def test_decoded_maps_equal_teacher_forcing_the_hypothesis():
                 np.testing.assert_allclose(out.weights["decoder_self"][layer, b, :, :t, :t],
                                            tr.decoder_self[layer].weights[b, :, :t, :t],
                                            atol=1e-5)
+
+
+# ---------------------------------------------------------------- map files end to end
+
+def test_training_and_evaluate_write_contributions(tmp_path):
+    """attention_maps.contributions in training's validation maps, evaluate's
+    --save_attention with contributions under beam search, and inspect's --measure."""
+    from analysis.inspect import run as inspect
+    from attention.mapfile import load_maps, validate_maps
+    from common.errors import UserError
+    from configs import smoke
+    from evaluate import evaluate
+    from train import train
+
+    cfg = smoke.get_config()
+    cfg.train.num_steps = 4
+    cfg.eval.every_steps = 4
+    cfg.checkpoint.every_steps = 4
+    cfg.eval.max_sentences = 4
+    cfg.attention_maps.num_examples = 2
+    cfg.attention_maps.contributions = True
+    workdir = tmp_path / "run"
+    assert train(cfg, workdir) == 0
+    for decode in ("teacher_forced", "greedy"):
+        maps = load_maps(workdir / "attention" / f"valid_step0000004_{decode}.npz")
+        assert maps.has_contributions and maps.num_examples == 2
+        validate_maps(maps)
+
+    result = evaluate(workdir, split="valid", beam_size=2, max_sentences=3, save_attention=3,
+                      contributions=True, checkpoint="last")
+    path = result["files"]["attention"]
+    maps = load_maps(path)
+    validate_maps(maps)
+    assert maps.decode == "beam" and maps.has_contributions
+    assert maps.norm_cross.shape == maps.cross.shape
+    share = maps.source_share[0, : maps.target_lengths[0]]
+    assert np.all((share > 0) & (share < 1))
+
+    out = inspect(path, measure="alti", out=str(tmp_path / "alti.png"))
+    assert out == [str(tmp_path / "alti.png")] and (tmp_path / "alti.png").stat().st_size > 0
+    [png] = inspect(path, measure="norm", layer="0", head="1")
+    assert png.endswith(".ex0.cross.0.1.norm.png")
+    lines = inspect(path, measure="alti", align=True)
+    assert len(lines) == 3 and all(set(line) <= set("0123456789- ") for line in lines)
+    with pytest.raises(UserError, match="no --kind, --layer or --head"):
+        inspect(path, measure="alti", layer="0")
+
+    plain = evaluate(workdir, split="valid", beam_size=1, max_sentences=2, save_attention=2,
+                     checkpoint="last", name="plain")
+    assert not load_maps(plain["files"]["attention"]).has_contributions
+    with pytest.raises(UserError, match="no contribution arrays for --measure norm"):
+        inspect(plain["files"]["attention"], measure="norm")
+    with pytest.raises(UserError, match="--contributions only applies with --save_attention"):
+        evaluate(workdir, split="valid", contributions=True)

@@ -107,7 +107,8 @@ def test_round_trip_loads_without_pickle(tmp_path):
 
 
 def _arrays(maps: AttentionMaps) -> dict:
-    d = {f.name: getattr(maps, f.name) for f in dataclasses.fields(maps)}
+    d = {f.name: getattr(maps, f.name) for f in dataclasses.fields(maps)
+         if getattr(maps, f.name) is not None}  # absent contributions are not written
     d["step"], d["decode"] = np.asarray(d["step"]), np.asarray(d["decode"])
     return d
 
