@@ -347,3 +347,81 @@ def test_training_and_evaluate_write_contributions(tmp_path):
         inspect(plain["files"]["attention"], measure="norm")
     with pytest.raises(UserError, match="--contributions only applies with --save_attention"):
         evaluate(workdir, split="valid", contributions=True)
+
+
+def model_maps(with_contributions: bool = True):
+    """Maps of the two test sentences from a real model, through maps_from_arrays."""
+    from attention.mapfile import maps_from_arrays
+
+    model = make_model(2, False)
+    src, tgt = padded(SRC), padded(TGT)
+    _, weights = model(src, tgt, return_weights=True)
+    measured = jax.device_get(contributions(model, src, tgt)) if with_contributions else None
+    src_pieces = [[f"s{i}" for i in range(len(r) - 1)] + ["</s>"] for r in SRC]
+    tgt_pieces = [["<s>"] + [f"t{i}" for i in range(len(r) - 1)] for r in TGT]
+    return maps_from_arrays(jax.device_get(weights), src_pieces, tgt_pieces, 7, "teacher_forced",
+                            measured)
+
+
+def test_map_file_round_trip_and_old_files(tmp_path):
+    from attention.mapfile import CONTRIBUTION_NAMES, load_maps, save_maps, validate_maps
+
+    maps = model_maps()
+    validate_maps(maps)
+    loaded = load_maps(save_maps(tmp_path / "m.npz", maps))
+    for name in CONTRIBUTION_NAMES:
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(maps, name))
+    # Cut to the lengths: the second sentence's padded source columns are gone.
+    assert maps.alti_source.shape == (2, 4, 5) and np.all(maps.alti_source[1, :, 3:] == 0)
+    old = load_maps(save_maps(tmp_path / "old.npz", model_maps(False)))
+    assert not old.has_contributions and old.norm_cross is None
+    validate_maps(old)
+
+
+def test_map_file_refuses_broken_contributions(tmp_path):
+    import dataclasses
+
+    from attention.mapfile import MapFormatError, load_maps, validate_maps
+
+    maps = model_maps()
+    arrays = {f.name: getattr(maps, f.name) for f in dataclasses.fields(maps)}
+    arrays.pop("alti_target")
+    np.savez(tmp_path / "partial.npz", **arrays)
+    with pytest.raises(MapFormatError, match="come all together: .* not alti_target"):
+        load_maps(tmp_path / "partial.npz")
+    for name, index, value, message in (
+            ("norm_cross", (1, 0, 0, 0, 4), 0.5, "outside the lengths"),
+            ("alti_source", (0, 1, 0), 0.9, "sums to"),
+            ("alti_target", (0, 0, 2), 0.0001, "not causal"),
+            ("source_share", (0, 2), 0.01, "source_share differs")):
+        bad = dataclasses.replace(maps, **{name: getattr(maps, name).copy()})
+        getattr(bad, name)[index] += value
+        with pytest.raises(MapFormatError, match=message):
+            validate_maps(bad)
+
+
+def test_concatenate_and_views_carry_contributions():
+    from attention.mapfile import concatenate_maps
+
+    maps = model_maps()
+    one = [example_alone(maps, i) for i in (0, 1)]
+    joined = concatenate_maps([one[1], one[0]], order=[1, 0])
+    for name in ("norm_cross", "norm_resln_cross_residual", "alti_source", "alti_target",
+                 "source_share"):
+        np.testing.assert_array_equal(getattr(joined, name), getattr(maps, name))
+    view = maps.as_measure("alti")
+    np.testing.assert_array_equal(view.cross[:, 1, 0], maps.alti_source)
+    np.testing.assert_array_equal(maps.as_measure("norm").decoder_self, maps.norm_decoder_self)
+    np.testing.assert_allclose(maps.matrix(0, "cross", 1, 0, measure="norm"),
+                               maps.norm_cross[0, 1, 0, :4, :5])
+
+
+def example_alone(maps, i):
+    """Example i alone, cut to its own lengths (as record_maps would write it)."""
+    from attention.mapfile import CONTRIBUTION_NAMES, maps_from_arrays
+
+    weights = {k: np.swapaxes(getattr(maps, k)[i:i + 1], 0, 1) for k in
+               ("encoder_self", "decoder_self", "cross")}
+    measured = {name: getattr(maps, name)[i:i + 1] for name in CONTRIBUTION_NAMES}
+    return maps_from_arrays(weights, [maps.key_tokens(i, "cross")], [maps.query_tokens(i, "cross")],
+                            maps.step, maps.decode, measured)
