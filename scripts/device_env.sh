@@ -1,4 +1,4 @@
-# Sourced by the GPU drivers (sweep.sh, split_runs.sh) before any run, on the device machine:
+# Sourced by scripts/gpu_window.sh before any run, on the device machine:
 # installs the carried wheels (.whl/, unless NO_WHL is set), sets JAX's environment, and
 # fails the call at once if a package the runs import is missing or broken.
 export PYTHONUNBUFFERED=1

@@ -1,0 +1,200 @@
+"""What a lent GPU window is spent on, in priority order, within one deadline (run through
+scripts/gpu_window.sh, which prepares the machine first):
+
+  1. recipe: the tiny recipe (configs/multi30k_de_en.py) from launch to its last step.
+     A short warm-up run (50 steps and a validation, in a scratch workdir) fills the
+     persistent compilation cache first, so the measured run is a relaunch that finds
+     its programs compiled; both are timed. A measured run cut by the deadline is
+     projected to its last step at its steady ms/step.
+  2. seeds: `--seeds N --together` (default 8) against one seed: ms per step of each
+     between two train logs after warm-up (no validation in between); the one seed is
+     the measured recipe run, same config and machine.
+  3. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
+  4. sweep: scripts/sweep.py on a plan with the minutes left (results and, per run, the
+     newest checkpoints handed back to finish elsewhere).
+
+    python scripts/gpu_window.py [--phases recipe,seeds,peer,sweep] [--deadline_s 570]
+        [--results $OUT/results/bench] [--work /tmp/gpu_window] [--plan PLAN.toml]
+
+Writes `<results>/gpu_tiny_recipe_time_to_result.json`, `gpu_seeds_together.json` and
+(bench/gpu_peer.py) `gpu_peer*.json`, each naming the device; the sweep's results go to
+`<results>/../sweep` (`--sweep_out`). A phase that does not fit in the time left is
+skipped and says so. On a CPU, `--config configs/smoke.py` with a few steps tries the
+whole flow (tests/test_sweep.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from sweep import run_process, write_json  # noqa: E402
+
+
+def device_name() -> str:
+    """The accelerator as JAX and nvidia-smi name it (one child process: this driver
+    does not import JAX, so it never holds the GPU's memory)."""
+    code = "import jax; d = jax.devices()[0]; print(f'{d.device_kind} / {d.platform} x{jax.device_count()}')"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    name = found.stdout.strip() or f"unknown ({found.stderr.strip()[-200:]})"
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True)
+        name += f" ({smi.stdout.strip()})" if smi.returncode == 0 else ""
+    except OSError:
+        pass
+    return name
+
+
+def events(workdir: Path) -> list[dict]:
+    path = workdir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def steady_ms_per_step(workdir: Path, after: int = 100) -> float | None:
+    """ms per step between the first train log at or past step `after` and the last one,
+    over windows with no validation inside (its decoding is not a step's cost)."""
+    log = events(workdir)
+    valid_steps = {e["step"] for e in log if e["split"] == "valid"}
+    train = [e for e in log if e["split"] == "train" and e["step"] >= after]
+    seconds, steps = 0.0, 0
+    for a, b in zip(train, train[1:], strict=False):
+        if not any(a["step"] <= v < b["step"] for v in valid_steps):
+            seconds += b["time"] - a["time"]
+            steps += b["step"] - a["step"]
+    return 1000 * seconds / steps if steps else None
+
+
+def train_argv(config: str, workdir: Path, overrides: list[str], *more: str) -> list[str]:
+    return [sys.executable, "train.py", "--config", config, "--workdir", str(workdir),
+            *overrides, *more]
+
+
+def phase_recipe(args, left) -> dict:
+    """Warm-up (fills the compilation cache), then the measured launch to the last step."""
+    work = args.work / "recipe"
+    warm = train_argv(args.config, work / "warmup", args.override,
+                      "--config.train.num_steps=50", "--config.eval.every_steps=50",
+                      "--config.checkpoint.every_steps=100000")
+    start = time.time()
+    code, cut = run_process(warm, args.work / "recipe_warmup.log", left())
+    warm_log = [e for e in events(work / "warmup") if e["split"] == "train"]
+    result = {"config": args.config, "overrides": args.override,
+              "warmup": {"command": " ".join(warm[1:]), "exit_code": code, "cut": cut,
+                         "wall_seconds": round(time.time() - start, 1),
+                         "compile_seconds": warm_log[-1].get("compile_seconds")
+                         if warm_log else None}}
+    measured = train_argv(args.config, work / "run", args.override)
+    start = time.time()
+    code, cut = run_process(measured, args.work / "recipe_run.log", left())
+    wall = time.time() - start
+    log = events(work / "run")
+    train = [e for e in log if e["split"] == "train"]
+    last = train[-1]["step"] if train else 0
+    ms = steady_ms_per_step(work / "run", after=args.log_every)
+    target = args.steps
+    result["run"] = {
+        "command": " ".join(measured[1:]), "exit_code": code,
+        "stopped_by": "deadline (SIGINT; saved)" if cut else "end of training",
+        "launch_to_exit_s": round(wall, 1), "last_step": last, "num_steps_target": target,
+        "compile_seconds": train[-1].get("compile_seconds") if train else None,
+        "ms_per_step_steady": ms,
+        "valid_bleu": {str(e["step"]): e.get("bleu") for e in log if e["split"] == "valid"},
+        "launch_to_last_step_s": round(wall, 1) if last >= target else (
+            round(wall + (target - last) * ms / 1000, 1) if ms else None),
+        "projected": last < target}
+    return result
+
+
+def phase_seeds(args, left, one_seed_ms: float | None) -> dict:
+    """`--seeds N --together` for --seed_steps steps; ms per (all-seeds) step."""
+    parent = args.work / "seeds"
+    argv = train_argv(args.config, parent, args.override,
+                      f"--config.train.num_steps={args.seed_steps}",
+                      "--config.eval.every_steps=0", "--config.eval.max_sentences=8",
+                      "--config.eval.beam_size=1", "--config.checkpoint.every_steps=100000",
+                      "--config.attention_maps.enabled=False", f"--config.train.log_every_steps={args.log_every}",
+                      "--seeds", str(args.seeds), "--together")
+    start = time.time()
+    code, cut = run_process(argv, args.work / "seeds.log", left())
+    per_seed = [steady_ms_per_step(parent / f"seed{k}", after=args.log_every)
+                for k in range(args.seeds)]
+    together = max((ms for ms in per_seed if ms is not None), default=None)
+    return {"command": " ".join(argv[1:]), "exit_code": code, "cut": cut,
+            "wall_seconds": round(time.time() - start, 1), "seeds": args.seeds,
+            "ms_per_step_together": together, "ms_per_step_by_seed": per_seed,
+            "ms_per_step_one_seed": one_seed_ms,
+            "one_seed_from": "the recipe phase's measured run (same config and machine)",
+            "ratio_together_to_one": round(together / one_seed_ms, 3)
+            if together and one_seed_ms else None,
+            "target_ratio": 2.0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--phases", default="recipe,seeds,peer,sweep")
+    parser.add_argument("--deadline_s", type=float, default=570.0,
+                        help="seconds from start to the last phase's end [570]")
+    parser.add_argument("--config", default="configs/multi30k_de_en.py")
+    parser.add_argument("--override", action="append", default=[],
+                        help="a --config.KEY=VALUE flag for every training (repeatable)")
+    parser.add_argument("--steps", type=int, default=8000, help="the recipe's last step")
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--seed_steps", type=int, default=600)
+    parser.add_argument("--log_every", type=int, default=100)
+    parser.add_argument("--results", type=Path,
+                        default=Path(os.environ.get("OUT", "/tmp/out")) / "results" / "bench")
+    parser.add_argument("--sweep_out", type=Path, default=None)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/gpu_window"))
+    parser.add_argument("--plan", default="scripts/plans/anchors.toml")
+    parser.add_argument("--peer_args", default="", help="more flags for bench/gpu_peer.py")
+    args = parser.parse_args(argv)
+    start = time.time()
+    phases = [p for p in args.phases.split(",") if p]
+    args.results.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+
+    def left() -> float:
+        return max(1.0, start + args.deadline_s - time.time())
+
+    device = device_name()
+    print(f"gpu_window: {device}; phases {phases}; {args.deadline_s:.0f} s", flush=True)
+    one_seed_ms = None
+    if "recipe" in phases:
+        result = {"device": device, **phase_recipe(args, left)}
+        one_seed_ms = result["run"]["ms_per_step_steady"]
+        write_json(args.results / "gpu_tiny_recipe_time_to_result.json", result)
+        print(f"gpu_window: recipe {json.dumps(result['run'])}", flush=True)
+    if "seeds" in phases and left() > 60:
+        result = {"device": device, **phase_seeds(args, left, one_seed_ms)}
+        write_json(args.results / "gpu_seeds_together.json", result)
+        print(f"gpu_window: seeds {json.dumps(result)}", flush=True)
+    if "peer" in phases and left() > 120:
+        argv = [sys.executable, "bench/gpu_peer.py", "--json", str(args.results / "gpu_peer.json"),
+                *args.peer_args.split()]
+        code, cut = run_process(argv, args.work / "peer.log", left())
+        print(f"gpu_window: peer exit {code}{' (deadline)' if cut else ''}", flush=True)
+    if "sweep" in phases and left() > 150:
+        out = args.sweep_out or args.results.parent / "sweep"
+        argv = [sys.executable, "scripts/sweep.py", args.plan, "--runs",
+                str(args.work / "sweep"), "--out", str(out), "--pack",
+                "--deadline_minutes", f"{(left() - 10) / 60:.2f}"]
+        code, _ = run_process(argv, args.work / "sweep.log", left())
+        print(f"gpu_window: sweep exit {code}", flush=True)
+    for log in sorted(args.work.glob("*.log")):  # what happened, back with the results
+        (args.results.parent / "logs").mkdir(parents=True, exist_ok=True)
+        (args.results.parent / "logs" / log.name).write_bytes(log.read_bytes()[-200_000:])
+    print(f"gpu_window: done in {time.time() - start:.0f} s; results in {args.results}",
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""A sweep from a plan file, for a lent GPU (or any machine): every variant of the plan
+trains its seeds together (`train.py --seeds N --together`), is read on validation with
+evaluate.py (every seed, and their mean / standard deviation), and its result JSONs and
+metrics are collected in one output folder.
+
+    python scripts/sweep.py PLAN.toml --runs runs/sweep --out $OUT/sweep \
+        [--deadline_minutes 12] [--only NAME,...] [--pack]
+
+The plan (TOML; scripts/plans/anchors.toml is one):
+
+    seeds = [0, 1, 2]              # or 3: seeds 0..N-1, trained as `--seeds N`
+    time_limit_minutes = 6         # optional: a run's training is stopped (SIGINT, which
+                                   # saves) after this long; it is read at its newest
+                                   # checkpoint that every seed has
+    overrides = { "eval.every_steps" = 0 }   # optional, for every run
+    pack = false                   # optional: also hand back each seed's newest checkpoint,
+                                   # tokenizer and config (to finish training elsewhere)
+    [read]                         # evaluate.py's flags, one evaluation per length penalty
+    split = "valid"                # or splits = ["valid", "test"]
+    checkpoint = "last"            # best | last | a step
+    average_last = 10
+    beam_size = 5
+    compat_lc_tok = true
+    length_penalties = [0.8, 1.0]  # or length_penalty = 1.0
+    max_sentences = 0              # optional (0 = all)
+    [directions]                   # name = config file
+    de_en = "configs/multi30k_de_en.py"
+    [[variants]]                   # in priority order: a deadline cuts the last ones
+    name = "base"
+    directions = ["de_en"]         # optional, default every direction
+    overrides = { "train.batch_tokens" = 8192 }    # optional; also time_limit_minutes, pack
+
+A run is one variant of one direction: its seeds train in `<runs>/<direction>/<variant>/
+seed<k>/` (the `--seeds` layout, so `evaluate.py --workdir <runs>/<direction>/<variant>`
+summarizes them and `--ensemble` takes them), and everything it brings back goes to
+`<out>/<direction>/<variant>/`: run.json (what was run, how training ended, each
+evaluation's summary scores), train.log, eval_*.log, seed<k>/{config.json,
+metrics.jsonl, eval/*.json}, eval/*.json (the seed summaries) and, with `pack`,
+seed<k>.tgz.part* (split into 15 MiB parts). `<out>/sweep.json` lists every run's
+run.json, rewritten after each run; a table of the scores is printed at the end.
+
+Resumable: a run whose run.json says "done" is skipped; a run cut off (the process
+killed, the deadline) trains on from its checkpoints when the sweep runs again (train.py
+resumes each seed). The deadline (`--deadline_minutes`, from the sweep's start) stops
+training early enough for the reading (`--read_minutes` per run, default 2) and starts
+no run after it. train.py and evaluate.py run as subprocesses of this interpreter; the
+driver itself needs only the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PART_BYTES = 15 * 2**20  # what one file handed back from a lent machine may hold
+READ_KEYS = ("checkpoint", "average_last", "beam_size", "batch_size", "max_sentences")
+
+
+class PlanError(ValueError):
+    """A plan file that cannot be run (one line saying why)."""
+
+
+def load_plan(path: Path) -> dict:
+    """The plan (module docstring) with its defaults filled in; PlanError if malformed."""
+    try:
+        plan = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise PlanError(f"cannot read plan {path}: {err}") from err
+    seeds = plan.get("seeds", 1)
+    seeds = list(range(seeds)) if isinstance(seeds, int) else seeds
+    if not seeds or seeds != list(range(len(seeds))):
+        raise PlanError(f"{path}: seeds must be N or [0, 1, ..., N-1] (train.py --seeds N), "
+                        f"got {plan.get('seeds')!r}")
+    directions = plan.get("directions") or {}
+    variants = plan.get("variants") or []
+    if not directions or not variants:
+        raise PlanError(f"{path}: needs a [directions] table and at least one [[variants]]")
+    names = [v.get("name") for v in variants]
+    if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise PlanError(f"{path}: every variant needs a name of its own, got {names}")
+    for variant in variants:
+        unknown = set(variant.get("directions", directions)) - set(directions)
+        if unknown:
+            raise PlanError(f"{path}: variant {variant['name']} names unknown directions "
+                            f"{sorted(unknown)}")
+    read = dict(plan.get("read") or {})
+    read.setdefault("splits", [read.pop("split", "valid")])
+    read.setdefault("length_penalties", [read.pop("length_penalty")]
+                    if "length_penalty" in read else [None])
+    read.setdefault("checkpoint", "last")
+    return {**plan, "seeds": seeds, "directions": directions, "variants": variants,
+            "read": read}
+
+
+def runs_of(plan: dict, only: set[str] | None = None) -> list[dict]:
+    """The plan's runs in order, each {"direction", "variant", "config", "overrides",
+    "time_limit_minutes", "pack"}; `only` keeps the variants of those names."""
+    runs = []
+    for variant in plan["variants"]:
+        if only and variant["name"] not in only:
+            continue
+        for direction in variant.get("directions", list(plan["directions"])):
+            runs.append({
+                "direction": direction, "variant": variant["name"],
+                "config": plan["directions"][direction],
+                "overrides": {**plan.get("overrides", {}), **variant.get("overrides", {})},
+                "time_limit_minutes": variant.get("time_limit_minutes",
+                                                  plan.get("time_limit_minutes", 0)),
+                "pack": bool(variant.get("pack", plan.get("pack", False)))})
+    return runs
+
+
+def override_flags(overrides: dict) -> list[str]:
+    """`--config.KEY=VALUE` flags of {dotted key: value} (TOML booleans as True / False)."""
+    return [f"--config.{key}={value}" for key, value in overrides.items()]
+
+
+def checkpoint_steps(workdir: Path) -> list[int]:
+    folder = workdir / "checkpoints"
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) \
+        if folder.is_dir() else []
+
+
+def run_process(argv: list[str], log: Path, limit_s: float | None) -> tuple[int, bool]:
+    """Runs `argv` from the repository root with stdout and stderr to `log`; after
+    `limit_s` seconds it gets SIGINT (train.py saves, then exits 130) and, a minute later,
+    SIGKILL. Returns (exit code, whether the limit stopped it)."""
+    with open(log, "a", encoding="utf-8") as out:
+        out.write(f"$ {' '.join(argv)}\n")
+        out.flush()
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            return proc.wait(timeout=limit_s), False
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                return proc.wait(timeout=60), True
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return proc.wait(), True
+        finally:
+            if proc.poll() is None:  # the sweep itself was interrupted
+                proc.kill()
+                proc.wait()
+
+
+def read_step(parent: Path, seeds: list[int], requested: str, finished: bool) -> str | None:
+    """The --checkpoint to read every seed at: `requested` when training finished,
+    else the newest step every seed saved (evaluate.py refuses best / last of a seed
+    still training); None when the seeds share no step."""
+    if finished or str(requested).isdigit():
+        return str(requested)
+    common = set.intersection(*(set(checkpoint_steps(parent / f"seed{k}")) for k in seeds))
+    return str(max(common)) if common else None
+
+
+def summary_scores(path: Path) -> dict:
+    """The scores of an evaluate.py seed summary (mean, std, per seed)."""
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    keys = ("bleu", "bleu_std", "bleu_lc_tok", "bleu_lc_tok_std", "chrf", "chrf_std",
+            "per_seed", "checkpoint_steps")
+    return {k: summary[k] for k in keys if k in summary}
+
+
+def collect(parent: Path, target: Path, seeds: list[int]) -> None:
+    """Copies the run's small files (configs, metrics, evaluation JSONs) to `target`."""
+    for k in seeds:
+        seed_dir = parent / f"seed{k}"
+        for name in ("config.json", "metrics.jsonl"):
+            if (seed_dir / name).is_file():
+                (target / f"seed{k}").mkdir(parents=True, exist_ok=True)
+                shutil.copy2(seed_dir / name, target / f"seed{k}" / name)
+        for path in sorted((seed_dir / "eval").glob("*.json")):
+            (target / f"seed{k}" / "eval").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target / f"seed{k}" / "eval" / path.name)
+    for path in sorted((parent / "eval").glob("*.json")):
+        (target / "eval").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target / "eval" / path.name)
+
+
+def pack(parent: Path, target: Path, seeds: list[int]) -> list[str]:
+    """Each seed's newest checkpoint with its tokenizer, config and metrics, as
+    `seed<k>.tgz.partNN` files of at most PART_BYTES (`cat seed0.tgz.part* | tar xz`
+    restores `seed<k>/` for train.py to resume). Returns the file names."""
+    written = []
+    for k in seeds:
+        seed_dir = parent / f"seed{k}"
+        steps = checkpoint_steps(seed_dir)
+        if not steps:
+            continue
+        archive = target / f"seed{k}.tgz"
+        with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+            for name in ("config.json", "tokenizer", "metrics.jsonl",
+                         f"checkpoints/{steps[-1]}"):
+                if (seed_dir / name).exists():
+                    tar.add(seed_dir / name, arcname=f"seed{k}/{name}")
+        with open(archive, "rb") as whole:
+            for part in range(math.ceil(archive.stat().st_size / PART_BYTES)):
+                name = f"seed{k}.tgz.part{part:02d}"
+                (target / name).write_bytes(whole.read(PART_BYTES))
+                written.append(name)
+        archive.unlink()
+    return written
+
+
+def write_json(path: Path, value) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float | None,
+              read_minutes: float, pack_all: bool) -> dict | None:
+    """Trains, reads and collects one run (module docstring); returns its run.json
+    record, or None when the deadline left no time to start it."""
+    name = f"{run['direction']}/{run['variant']}"
+    parent, target = runs_dir / run["direction"] / run["variant"], out / name
+    record_path = target / "run.json"
+    if record_path.is_file() and json.loads(record_path.read_text()).get("status") == "done":
+        print(f"sweep: {name} done before, skipped", flush=True)
+        return json.loads(record_path.read_text())
+    read_seconds = 60 * read_minutes
+    limit = 60 * run["time_limit_minutes"] or None
+    if deadline is not None:
+        left = deadline - time.time() - read_seconds
+        if left < 30:
+            print(f"sweep: {name} not started ({left + read_seconds:.0f} s left)", flush=True)
+            return None
+        limit = min(limit or left, left)
+    target.mkdir(parents=True, exist_ok=True)
+    seeds = plan["seeds"]
+    record = {"direction": run["direction"], "variant": run["variant"],
+              "config": run["config"], "overrides": run["overrides"], "seeds": seeds,
+              "workdir": str(parent), "status": "training"}
+    write_json(record_path, record)
+
+    start = time.time()
+    argv = [sys.executable, "train.py", "--config", run["config"], "--workdir", str(parent),
+            "--seeds", str(len(seeds)), "--together", *override_flags(run["overrides"])]
+    code, stopped = run_process(argv, target / "train.log", limit)
+    finished = code == 0 and not stopped
+    record["train"] = {"exit_code": code, "seconds": round(time.time() - start, 1),
+                       "ended": "finished" if finished else
+                       "time limit" if stopped else "error",
+                       "steps": {f"seed{k}": (checkpoint_steps(parent / f"seed{k}") or [None])[-1]
+                                 for k in seeds}}
+    print(f"sweep: {name} trained ({record['train']['ended']}, exit {code}, "
+          f"{record['train']['seconds']:.0f} s, steps {record['train']['steps']})", flush=True)
+
+    read = plan["read"]
+    record["evaluations"] = []
+    step = read_step(parent, seeds, read["checkpoint"], finished)
+    for split in read["splits"]:
+        for penalty in read["length_penalties"]:
+            if step is None:
+                break
+            label = f"{split}.{'step' + step if step.isdigit() else step}" + (
+                f".avg{read['average_last']}" if read.get("average_last") else "") + (
+                f".beam{read.get('beam_size', 'cfg')}") + (
+                f".lp{penalty}" if penalty is not None else "")
+            argv = [sys.executable, "evaluate.py", "--workdir", str(parent), "--split", split,
+                    "--name", label, "--checkpoint", step]
+            argv += [f"--{key}={read[key]}" for key in READ_KEYS
+                     if key != "checkpoint" and read.get(key) is not None]
+            argv += ["--compat_lc_tok"] if read.get("compat_lc_tok") else []
+            argv += ["--length_penalty", str(penalty)] if penalty is not None else []
+            left = None if deadline is None else max(deadline - time.time(), 1)
+            code, cut = run_process(argv, target / f"eval_{label}.log", left)
+            evaluation = {"name": label, "split": split, "length_penalty": penalty,
+                          "checkpoint": step, "exit_code": code}
+            if code == 0 and (parent / "eval" / f"{label}.json").is_file():
+                evaluation.update(summary_scores(parent / "eval" / f"{label}.json"))
+            record["evaluations"].append(evaluation)
+            print(f"sweep: {name} {label}: " + (
+                f"BLEU {evaluation['bleu']:.2f}" if "bleu" in evaluation else
+                f"failed (exit {code}{', deadline' if cut else ''}; see eval_{label}.log)"),
+                flush=True)
+    collect(parent, target, seeds)
+    if run["pack"] or pack_all:
+        record["packed"] = pack(parent, target, seeds)
+    # A run done is skipped when the sweep runs again; a failed one is tried again.
+    read_all = bool(record["evaluations"]) and all(
+        "bleu" in e for e in record["evaluations"])
+    record["status"] = "done" if record["train"]["ended"] != "error" and read_all else "failed"
+    write_json(record_path, record)
+    return record
+
+
+def table(records: list[dict]) -> str:
+    """One line per run and evaluation: the mean +- std over seeds."""
+    lines = [f"{'run':40s} {'reading':44s} {'BLEU':>13s} {'lc-tok':>13s} {'chrF':>13s}"]
+
+    def cell(e: dict, key: str) -> str:
+        if e.get(key) is None:
+            return f"{'-':>13s}"
+        std = e.get(f"{key}_std")
+        return f"{e[key]:7.2f}" + (f" ±{std:4.2f}" if std is not None else "      ")
+
+    for r in records:
+        run = f"{r['direction']}/{r['variant']} ({r.get('train', {}).get('ended', '?')})"
+        for e in r.get("evaluations") or [{"name": "-"}]:
+            lines.append(f"{run:40s} {e['name']:44s} {cell(e, 'bleu')} "
+                         f"{cell(e, 'bleu_lc_tok')} {cell(e, 'chrf')}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("plan", type=Path, help="the plan file (.toml)")
+    parser.add_argument("--runs", type=Path, default=None,
+                        help="where the runs train (default runs/<plan name>)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where results are collected (default $OUT/<plan name>, else "
+                             "<runs>/results)")
+    parser.add_argument("--deadline_minutes", type=float, default=None,
+                        help="the sweep's end, from its start: no run starts after it")
+    parser.add_argument("--read_minutes", type=float, default=2.0,
+                        help="time kept for each run's evaluations under a deadline")
+    parser.add_argument("--only", default="", help="comma-separated variant names")
+    parser.add_argument("--pack", action="store_true", help="pack every run's checkpoints")
+    args = parser.parse_args(argv)
+    start = time.time()
+    try:
+        plan = load_plan(args.plan)
+    except PlanError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    stem = args.plan.stem
+    runs_dir = args.runs or Path("runs") / stem
+    out = args.out or (Path(os.environ["OUT"]) / stem if os.environ.get("OUT")
+                       else runs_dir / "results")
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = None if args.deadline_minutes is None else start + 60 * args.deadline_minutes
+    only = {n for n in args.only.split(",") if n} or None
+    records = []
+    for run in runs_of(plan, only):
+        record = sweep_run(run, plan, runs_dir, out, deadline, args.read_minutes, args.pack)
+        if record is not None:
+            records.append(record)
+            write_json(out / "sweep.json", {"plan": str(args.plan), "runs": records})
+    print(table(records), flush=True)
+    print(f"sweep: {len(records)} run(s) in {time.time() - start:.0f} s; results in {out}",
+          flush=True)
+    return 0 if all(r.get("status") == "done" for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
