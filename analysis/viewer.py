@@ -9,7 +9,14 @@ network access, no CDN, it works offline from disk. Controls:
             layer and head, and shows that step's own tokens and maps;
   #example, #kind, #layer (each or "mean"), #head (each or "mean");
   #metric   with head figures (`head_stats`, from `python -m attention.heads`'s
-            heads.json): the per-head number that colours the model view's borders.
+            heads.json): the per-head number that colours the model view's borders;
+  #measure  when every file holds contributions (models/contributions.py): "weights",
+            "norm" (the norm-based maps ||alpha f(x)||, per layer and head like the
+            weights, with their own colour scale) or "alti" (ALTI+: the large view is
+            one [T, S + T] map, each target step's contributions of the source tokens
+            then of the target prefix; kind, layer and head do not apply, and the model
+            view gives way to `#share-curve`, an SVG of the source share over the
+            target steps, one `circle.share-point` per step with data-t / data-share).
 
 `#model-view` draws every layer x head of the kind as small multiples (rows = layers,
 columns = heads; `.mv-cell` with data-layer / data-head, a caption with the head's
@@ -32,6 +39,7 @@ explains the marks and gives the sentence's AER; the tooltip names a cell's link
 
 Page data (`page_data`), JSON:
   {"kinds": [...], "layers": {kind: L}, "heads": H, "axes": {kind: [rows, columns]},
+   "measures": ["weights"] or ["weights", "norm", "alti"],
    "head_stats": {kind: {metric: [L][H]}} | null, "head_stats_file": str,
    "alignment": null | {"gold_file": str, "layers": str, "heads": str, "shift": bool,
                         "words": bool, "keep_eos": bool},
@@ -39,7 +47,10 @@ Page data (`page_data`), JSON:
        {"source": [S tokens], "target": [T tokens],
         "maps": {kind: [L][H][Q*K] ints, weights in thousandths, row-major},
         "links": {"predicted": [[q, k], ...], "sure": [[q, k], ...],
-                  "possible": [[q, k], ...], "aer": float | null}}]}]}
+                  "possible": [[q, k], ...], "aer": float | null},
+        "norm": {kind: [L][H][Q*K] ints, thousandths},
+        "alti": {"source": [T*S], "target": [T*T], "share": [T] ints, thousandths}}]}]}
+"norm" and "alti" only with "measures" beyond weights (every file holds contributions);
 "links" only with an overlay, "sure" / "possible" / "aer" only with gold; [q, k] are the
 cell's row (target position, 0 = <s>) and column (source position) in the map.
 """
@@ -61,7 +72,7 @@ import numpy as np
 from alignment.figures import token_groups
 from alignment.links import aer, extract_alignment
 from attention.heatmaps import AXIS_NAMES
-from attention.mapfile import DECODE_MODES, KINDS, AttentionMaps
+from attention.mapfile import DECODE_MODES, KINDS, MEASURES, AttentionMaps
 from common.errors import UserError
 from common.files import write_atomic
 
@@ -73,11 +84,18 @@ HEAD_METRICS = ("importance", "importance_bleu", "importance_grad", "confidence"
                 "previous", "same", "next", "eos", "punctuation", "rare", "gold_agreement")
 
 
-def viewer_data(maps: AttentionMaps) -> dict:
+def _milli(a: np.ndarray) -> list:
+    """Values in thousandths as ints, the last two axes flattened row-major."""
+    a = np.rint(np.asarray(a, np.float64) * 1000).astype(np.int64)
+    return a.reshape(*a.shape[:-2], -1).tolist() if a.ndim >= 2 else a.tolist()
+
+
+def viewer_data(maps: AttentionMaps, contributions: bool = False) -> dict:
     """The JSON-able payload of one map file: tokens and quantized valid regions.
 
     Each map is stored as examples[i]["maps"][kind][layer][head] = a flat row-major list
-    of Q*K integers, the weights in thousandths.
+    of Q*K integers, the weights in thousandths; with `contributions` (the file must
+    hold them) also "norm" and "alti" (module docstring).
     """
     kinds = ["cross", "encoder_self", "decoder_self"]  # cross first: the default view
     examples = []
@@ -86,9 +104,14 @@ def viewer_data(maps: AttentionMaps) -> dict:
                  "maps": {}}
         for kind in kinds:
             q, k = len(maps.query_tokens(i, kind)), len(maps.key_tokens(i, kind))
-            w = maps.weights(kind)[i, :, :, :q, :k]  # [L, H, Q, K]
-            milli = np.rint(w * 1000).astype(np.int32).reshape(w.shape[0], w.shape[1], q * k)
-            entry["maps"][kind] = milli.tolist()
+            entry["maps"][kind] = _milli(maps.weights(kind)[i, :, :, :q, :k])  # [L, H, Q*K]
+        if contributions:
+            entry["norm"] = {kind: _milli(maps.weights(kind, "norm")[
+                i, :, :, :len(maps.query_tokens(i, kind)), :len(maps.key_tokens(i, kind))])
+                for kind in kinds}
+            source, target = maps.alti(i)
+            entry["alti"] = {"source": _milli(source), "target": _milli(target),
+                             "share": _milli(source.sum(-1))}
         examples.append(entry)
     return {
         "step": maps.step,
@@ -258,16 +281,19 @@ def page_data(maps: Sequence[AttentionMaps], names: Sequence[str],
     check_same_model(maps, names)
     order = sorted(range(len(maps)),
                    key=lambda i: (maps[i].step, DECODE_MODES.index(maps[i].decode), i))
+    contributions = all(m.has_contributions for m in maps)
     steps = []
     for i in order:
-        data = viewer_data(maps[i])
+        data = viewer_data(maps[i], contributions)
         if overlay is not None:
             for example, entry in enumerate(data["examples"]):
                 entry["links"] = alignment_cells(maps[i], example, overlay)
         steps.append({"step": data.pop("step"), "decode": data.pop("decode"),
                       "file": str(names[i]), "examples": data.pop("examples")})
     # What is left of viewer_data (kinds, layers, heads, axes) is the same for every file.
-    return {**data, "steps": steps, "head_stats": None if head_stats is None else dict(head_stats),
+    return {**data, "steps": steps,
+            "measures": list(MEASURES) if contributions else ["weights"],
+            "head_stats": None if head_stats is None else dict(head_stats),
             "head_stats_file": head_stats_name,
             "alignment": None if overlay is None else overlay.settings()}
 

@@ -1,7 +1,9 @@
 // The script of the attention viewer (attention/viewer.py inlines it into the page).
 // DATA (see viewer.page_data): steps[s].examples[i].maps[kind][layer][head] = flat
 // row-major Q*K weights in thousandths; head_stats[kind][metric] = [L][H] numbers or null;
-// with alignment (settings), examples[i].links = {predicted, sure, possible: [[q, k]], aer}.
+// with alignment (settings), examples[i].links = {predicted, sure, possible: [[q, k]], aer};
+// with contributions (measures beyond "weights"), examples[i].norm[kind][layer][head] (as
+// maps) and examples[i].alti = {source: T*S, target: T*T, share: T}, all in thousandths.
 "use strict";
 const DATA = JSON.parse(document.getElementById("data").textContent);
 const $ = (id) => document.getElementById(id);
@@ -41,9 +43,25 @@ function tokens(ex, kind) {
   const k = kind === "decoder_self" ? ex.target : ex.source;
   return [q, k];
 }
-// Mean over the selected layers and heads of the quantized maps, as floats.
+function measure() { return $("measure").value || "weights"; }
+// Rows and columns of the large view: ALTI+ has the source then the target prefix as keys.
+function shownTokens(ex, kind) {
+  return measure() === "alti" ? [ex.target, ex.source.concat(ex.target)] : tokens(ex, kind);
+}
+// ALTI+ of one example as one [T, S + T] row-major matrix of floats.
+function altiMatrix(ex) {
+  const t = ex.target.length, s = ex.source.length, a = ex.alti;
+  const out = new Float64Array(t * (s + t));
+  for (let i = 0; i < t; i++) {
+    for (let j = 0; j < s; j++) out[i * (s + t) + j] = a.source[i * s + j] / 1000;
+    for (let j = 0; j < t; j++) out[i * (s + t) + s + j] = a.target[i * t + j] / 1000;
+  }
+  return out;
+}
+// Mean over the selected layers and heads of the quantized maps (the weights, or the
+// norm-based maps with the "norm" measure), as floats.
 function matrix(ex, kind, layer, head) {
-  const maps = ex.maps[kind];
+  const maps = measure() === "norm" ? ex.norm[kind] : ex.maps[kind];
   const layers = layer === "mean" ? range(maps.length) : [Number(layer)];
   const heads = head === "mean" ? range(DATA.heads) : [Number(head)];
   const out = new Float64Array(maps[0][0].length);
@@ -62,9 +80,9 @@ function current() {
 
 function renderHeatmap() {
   const {step, ex, kind} = current();
-  const layer = $("layer").value, head = $("head").value;
-  const [qs, ks] = tokens(ex, kind);
-  const m = matrix(ex, kind, layer, head);
+  const layer = $("layer").value, head = $("head").value, which = measure();
+  const [qs, ks] = shownTokens(ex, kind);
+  const m = which === "alti" ? altiMatrix(ex) : matrix(ex, kind, layer, head);
   const vmax = Math.max(1e-6, ...m);
   const table = $("heatmap");
   table.textContent = "";
@@ -86,15 +104,21 @@ function renderHeatmap() {
       td.className = "cell"; td.dataset.q = i; td.dataset.k = j;
       td.dataset.w = w.toFixed(3);
       td.style.background = ramp(VIRIDIS, w / vmax);
+      if (which === "alti" && j === ex.source.length) td.classList.add("split");
       cells.push(td);
     });
   });
   drawLinks(ex, kind, cells, qs.length, ks.length);
   Object.assign(table.dataset, {example: $("example").value, kind: kind, layer: layer,
-                                head: head, rows: qs.length, cols: ks.length, step: step.step});
-  $("main-title").textContent = kind + " \u00b7 layer " + layer + " \u00b7 head " + head +
-    " \u00b7 step " + step.step;
-  const names = DATA.axes[kind];
+                                head: head, rows: qs.length, cols: ks.length, step: step.step,
+                                measure: which});
+  const names = which === "alti" ?
+    ["target step, decoder input (query)", "the source tokens, then the target prefix"] :
+    DATA.axes[kind];
+  $("main-title").textContent = (which === "alti" ?
+    "ALTI+ contributions (Ferrando et al. 2022): source | target prefix" :
+    (which === "norm" ? "norm-based ||\u03b1f(x)|| \u00b7 " : "") + kind + " \u00b7 layer " +
+    layer + " \u00b7 head " + head) + " \u00b7 step " + step.step;
   $("axes").textContent = "rows: " + names[0] + " \u00b7 columns: " + names[1] +
     " \u00b7 colour scale 0 .. " + vmax.toFixed(3);
 }
@@ -110,7 +134,7 @@ function legendKey(name, text) {
 }
 function drawLinks(ex, kind, cells, rows, cols) {
   const al = DATA.alignment, legend = $("align-legend");
-  const on = Boolean(al) && kind === "cross" && Boolean(ex.links);
+  const on = Boolean(al) && kind === "cross" && Boolean(ex.links) && measure() === "weights";
   $("show-align").disabled = !on;
   legend.textContent = "";
   legend.hidden = !(on && $("show-align").checked);
@@ -149,7 +173,51 @@ function drawSmall(canvas, m, rows, cols) {
     ctx.fillRect(j * px, i * px, px, px);
   }
 }
+// ALTI+: the source share of each target step as an SVG line (instead of the model view).
+const SVG = "http://www.w3.org/2000/svg";
+function svg(name, attrs, parent) {
+  const el = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  if (parent) parent.appendChild(el);
+  return el;
+}
+function renderShareCurve() {
+  const {ex} = current();
+  const share = ex.alti.share.map((v) => v / 1000), n = share.length;
+  const step = Math.max(12, Math.min(40, 480 / Math.max(n, 1)));
+  const left = 40, top = 10, height = 160, width = left + 20 + step * Math.max(n - 1, 1);
+  const x = (t) => left + 10 + t * step, y = (v) => top + height * (1 - v);
+  const root = svg("svg", {id: "share-curve", width: width, height: top + height + 90});
+  for (const v of [0, 0.5, 1]) {
+    svg("line", {x1: left, x2: width, y1: y(v), y2: y(v), stroke: "#ddd"}, root);
+    svg("text", {x: left - 6, y: y(v) + 4, "text-anchor": "end", "font-size": 11},
+        root).textContent = v.toFixed(1);
+  }
+  svg("polyline", {points: share.map((v, t) => x(t) + "," + y(v)).join(" "), fill: "none",
+                   stroke: "#d9480f", "stroke-width": 2}, root);
+  share.forEach((v, t) => {
+    const dot = svg("circle", {cx: x(t), cy: y(v), r: 4, fill: "#d9480f", class: "share-point",
+                               "data-t": t, "data-share": v.toFixed(3)}, root);
+    svg("title", {}, dot).textContent = "step " + t + " \u201c" + ex.target[t] +
+      "\u201d: source share " + v.toFixed(3);
+    svg("text", {x: x(t), y: top + height + 12, "font-size": 11, "text-anchor": "end",
+                 transform: "rotate(-60 " + x(t) + " " + (top + height + 12) + ")"},
+        root).textContent = ex.target[t];
+  });
+  const view = $("model-view");
+  view.textContent = "";
+  view.appendChild(root);
+  Object.assign(view.dataset, {kind: "alti", layers: 0, heads: 0});
+  const mean = share.reduce((a, b) => a + b, 0) / Math.max(n, 1);
+  $("model-title").textContent = "Source share per target step (ALTI+): mean " +
+    mean.toFixed(3);
+  $("legend").textContent = "the share of the source in each prediction; the rest comes " +
+    "from the target prefix";
+}
 function renderModelView() {
+  if (measure() === "alti") { renderShareCurve(); return; }
+  $("model-title").textContent = "Model view: all layers \u00d7 heads" +
+    (measure() === "norm" ? " (norm-based)" : "") + " (click one to enlarge it)";
   const {ex, kind} = current();
   const layers = DATA.layers[kind], heads = DATA.heads;
   const [qs, ks] = tokens(ex, kind);
@@ -251,7 +319,11 @@ function decorate() {
   legend.dataset.metric = metric;
 }
 
-function render() { renderModelView(); renderHeatmap(); }
+function render() {
+  const alti = measure() === "alti";
+  for (const id of ["kind", "layer", "head"]) $(id).disabled = alti;
+  renderModelView(); renderHeatmap();
+}
 // The layer and head-metric choices of the kind (kept where they still exist).
 function fillKind() {
   const kind = $("kind").value;
@@ -288,7 +360,7 @@ function hover(ev) {
   document.querySelectorAll("#heatmap th.hot").forEach((th) => th.classList.remove("hot"));
   if (!td) { tip.style.display = "none"; return; }
   const {ex, kind} = current();
-  const [qs, ks] = tokens(ex, kind);
+  const [qs, ks] = shownTokens(ex, kind);
   const q = Number(td.dataset.q), k = Number(td.dataset.k);
   tip.textContent = "query " + q + " \u201c" + qs[q] + "\u201d \u2192 key " + k +
     " \u201c" + ks[k] + "\u201d: " + td.dataset.w +
@@ -304,6 +376,11 @@ $("step").max = DATA.steps.length - 1;
 $("step-control").hidden = DATA.steps.length < 2;
 $("metric-control").hidden = !DATA.head_stats;
 $("align-control").hidden = !DATA.alignment;
+const MEASURE_NAMES = {weights: "attention weights", norm: "norm-based ||\u03b1f(x)||",
+                       alti: "ALTI+ contributions"};
+fill($("measure"), DATA.measures, DATA.measures.map((m) => MEASURE_NAMES[m] || m), false);
+$("measure-control").hidden = DATA.measures.length < 2;
+$("measure").addEventListener("change", render);
 fill($("kind"), DATA.kinds, DATA.kinds, false);
 fill($("head"), ["mean", ...range(DATA.heads)], ["mean", ...range(DATA.heads).map(String)], false);
 $("step").addEventListener("input", () => { fillStep(); render(); });

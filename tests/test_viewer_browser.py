@@ -318,3 +318,51 @@ def test_no_overlay_without_alignment_flags(browser, tmp_path):
     assert not page.locator("#align-legend").is_visible()
     assert errors == []
     page.close()
+
+
+def test_measure_toggle_norm_and_alti_with_the_source_share(browser, tmp_path):
+    from test_contributions import model_maps
+
+    maps = model_maps()  # 2 examples: S 5 and 3, T 4 and 2, with contributions
+    page, errors, requests = open_page(browser, write_html(maps, tmp_path / "c.html"))
+    assert page.locator("#measure-control").is_visible()
+    assert page.locator("#measure option").evaluate_all("o => o.map(x => x.value)") == [
+        "weights", "norm", "alti"]
+    assert page.locator("#heatmap").get_attribute("data-measure") == "weights"
+
+    page.select_option("#measure", "norm")
+    page.select_option("#layer", "1")
+    page.select_option("#head", "0")
+    assert page.locator("#heatmap").get_attribute("data-measure") == "norm"
+    assert weight(page, 2, 1) == pytest.approx(float(maps.norm_cross[0, 1, 0, 2, 1]), abs=1e-3)
+    assert weight(page, 2, 1) != pytest.approx(float(maps.cross[0, 1, 0, 2, 1]), abs=1e-2)
+    assert page.locator("#model-view .mv-cell").count() == 2 * 2  # layers x heads, norm-based
+
+    page.select_option("#measure", "alti")
+    assert shown(page)["rows"] == "4" and shown(page)["cols"] == str(5 + 4)
+    assert page.locator("#heatmap thead th").all_text_contents()[1:] == (
+        maps.key_tokens(0, "cross") + maps.query_tokens(0, "cross"))
+    assert weight(page, 2, 1) == pytest.approx(float(maps.alti_source[0, 2, 1]), abs=1e-3)
+    assert weight(page, 2, 5 + 1) == pytest.approx(float(maps.alti_target[0, 2, 1]), abs=1e-3)
+    assert weight(page, 1, 5 + 2) == 0  # causal: step 1 draws on no later target token
+    assert page.locator("#kind").is_disabled() and page.locator("#layer").is_disabled()
+    points = page.locator("#share-curve circle.share-point")
+    assert points.count() == 4
+    assert [float(v) for v in points.evaluate_all("c => c.map(x => x.dataset.share)")] == (
+        pytest.approx(maps.source_share[0, :4].tolist(), abs=1e-3))
+    page.locator("#heatmap td.cell[data-q='3'][data-k='6']").hover()
+    assert "query 3 “t2”" in page.locator("#tooltip").text_content()
+    assert "key 6 “t0”" in page.locator("#tooltip").text_content()
+    page.select_option("#example", "1")
+    assert shown(page)["cols"] == str(3 + 2) and points.count() == 2
+
+    page.select_option("#measure", "weights")
+    assert not page.locator("#layer").is_disabled()
+    assert page.locator("#model-view .mv-cell").count() == 2 * 2
+    assert shown(page)["layer"] == "1"  # kept through the ALTI+ view
+    assert errors == [] and requests == []
+    page.close()
+
+    plain, errors, _ = open_page(browser, write_html(make_maps(), tmp_path / "w.html"))
+    assert not plain.locator("#measure-control").is_visible() and errors == []
+    plain.close()
