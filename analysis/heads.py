@@ -10,6 +10,10 @@ For each head of encoder_self, decoder_self and cross (heads.json keys, [layers]
   importance_grad  Michel et al. 2019: mean over sentences of |dL/d mask| at mask = 1
                    (one backward pass; L the sentence's mean token loss);
   confidence, entropy, previous, same, next, eos, punctuation, rare (analysis/head_stats.py);
+  norm_share       the head's share of its layer's norm-based attention, sum of
+                   ||alpha f(x)|| (Kobayashi et al. 2020, models/contributions.py) over
+                   every valid query-key pair of every sentence, over the same for all
+                   heads of the layer (each layer's heads sum to 1);
   gold_agreement   cross only, with --gold: 1 - AER of that head's word alignments.
 `pruning_curve` is BLEU as heads are removed in one global order of `importance` (most
 important last), 0 heads first; `prunable_heads` the most heads removed for <= 0.5 BLEU.
@@ -170,14 +174,18 @@ def prunable_heads(curve: dict[int, float], base_bleu: float, tolerance: float =
 
 
 def role_stats(model, tokenizer, src_ids, tgt_ids, counts: dict, batch_size: int) -> dict:
-    """{kind: {metric: [L][H]}} of analysis/head_stats.py on teacher-forced maps."""
+    """{kind: {metric: [L][H]}} of analysis/head_stats.py on teacher-forced maps, and each
+    head's `norm_share` (module docstring)."""
     from models.translate import record_maps
 
     dims = _dims(model)
     stats = {k: HeadStats(*dims[k], positional=k != "cross") for k in KINDS}
+    norm_mass = {k: np.zeros(dims[k], np.float64) for k in KINDS}
     for start in range(0, len(src_ids), batch_size):
         src, tgt = src_ids[start:start + batch_size], tgt_ids[start:start + batch_size]
-        maps = record_maps(model, tokenizer, src, tgt)
+        maps = record_maps(model, tokenizer, src, tgt, contributions=True)
+        for kind in KINDS:  # zero outside the lengths: the sum is over valid pairs
+            norm_mass[kind] += maps.weights(kind, "norm").sum(axis=(0, 3, 4), dtype=np.float64)
         s_len, t_len = maps.source_tokens.shape[1], maps.target_tokens.shape[1]
         src_pad = np.array([s + [0] * (s_len - len(s)) for s in src])
         tgt_pad = np.array([[2, *t] + [0] * (t_len - len(t) - 1) for t in tgt])
@@ -191,7 +199,10 @@ def role_stats(model, tokenizer, src_ids, tgt_ids, counts: dict, batch_size: int
                                     ("decoder_self", t_valid, tgt_flags),
                                     ("cross", t_valid, src_flags)):
             stats[kind].add(np.moveaxis(getattr(maps, kind), 1, 0), queries, keys)
-    return {k: stats[k].result() for k in KINDS}
+    return {k: {**stats[k].result(),
+                "norm_share": (norm_mass[k] / np.maximum(norm_mass[k].sum(1, keepdims=True),
+                                                         1e-30)).tolist()}
+            for k in KINDS}
 
 
 def gold_agreement(model, tokenizer, pairs: Path, gold: Path, batch_size: int) -> list:

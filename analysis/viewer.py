@@ -81,7 +81,8 @@ SCRIPT = Path(__file__).with_name("viewer_page.js")
 # The metrics of analysis/heads.py in the order the page offers them; any other
 # [layers][heads] grid of a heads file follows, alphabetically.
 HEAD_METRICS = ("importance", "importance_bleu", "importance_grad", "confidence", "entropy",
-                "previous", "same", "next", "eos", "punctuation", "rare", "gold_agreement")
+                "norm_share", "previous", "same", "next", "eos", "punctuation", "rare",
+                "gold_agreement")
 
 
 def _milli(a: np.ndarray) -> list:

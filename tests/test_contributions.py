@@ -425,3 +425,33 @@ def example_alone(maps, i):
     measured = {name: getattr(maps, name)[i:i + 1] for name in CONTRIBUTION_NAMES}
     return maps_from_arrays(weights, [maps.key_tokens(i, "cross")], [maps.query_tokens(i, "cross")],
                             maps.step, maps.decode, measured)
+
+
+class PieceTokenizer:
+    """Just what record_maps asks of a tokenizer: one piece per id."""
+
+    def source_pieces(self, ids):
+        return ["</s>" if i == EOS_ID else f"s{i}" for i in ids]
+
+    def target_pieces(self, ids):
+        return [f"t{i}" for i in ids]
+
+
+def test_heads_norm_share():
+    """attention.heads' norm_share: each head's sum of ||alpha f(x)|| over the valid pairs
+    of every sentence, over its layer's; computed here from the padded batch's arrays."""
+    from analysis.heads import role_stats
+
+    model = make_model(2, True)
+    tgt_ids = [t[1:] for t in TGT]
+    counts = {"src": np.ones(30, np.int64), "tgt": np.ones(30, np.int64)}
+    shares = role_stats(model, PieceTokenizer(), SRC, tgt_ids, counts, batch_size=1)
+    got = contributions(model, padded(SRC), padded(TGT))
+    s_len, t_len = np.array([len(s) for s in SRC]), np.array([len(t) for t in TGT])
+    for kind, q_len, k_len in (("encoder_self", s_len, s_len), ("decoder_self", t_len, t_len),
+                               ("cross", t_len, s_len)):
+        mass = sum(np.asarray(got[f"norm_{kind}"][b, :, :, :q_len[b], :k_len[b]]).sum((2, 3))
+                   for b in range(2))  # [L, H]
+        np.testing.assert_allclose(shares[kind]["norm_share"], mass / mass.sum(1, keepdims=True),
+                                   atol=1e-6)
+        np.testing.assert_allclose(np.sum(shares[kind]["norm_share"], 1), 1.0, atol=1e-6)
