@@ -63,7 +63,9 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
     s["checkpoint"] = s["checkpoint"] or "best"
     s["heads"] = "mean" if s["heads"] in (None, "mean") else tuple(s["heads"])
     s["shift"] = bool(s["shift"])
-    rec = Recorded(workdir, s["checkpoint"], sources, targets, s["heads"], batch_size, max_tokens)
+    s["measure"] = s["measure"] or "weights"
+    rec = Recorded(workdir, s["checkpoint"], sources, targets, s["heads"], batch_size, max_tokens,
+                   s["measure"])
     s["checkpoint"] = str(rec.step)
     if s["layer"] is None:  # the recipe's reading: heads and the student they were taught
         # beside (by an outside aligner's links), else the heads' joint reading, the head,
@@ -93,7 +95,8 @@ def _own_reverse(fwd: dict, stored: dict, given: dict) -> dict:
     stored > default."""
     s = _given_or_stored(given, stored, ("words", "threshold", "prior_weight"))
     return {"checkpoint": fwd["checkpoint"], "layer": REVERSE_HEAD_LAYER, "heads": fwd["heads"],
-            "shift": False, "words": s["words"], "threshold": s["threshold"],
+            "measure": fwd["measure"], "shift": False, "words": s["words"],
+            "threshold": s["threshold"],
             "prior_weight": 1.0 if s["prior_weight"] is None else s["prior_weight"]}
 
 
@@ -111,7 +114,8 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
       reverse_workdir: a run target->source; symmetrize_with: SYMMETRIZE or "none"
         (without a reverse run, stored or given: the forward map's row links combined
         with its column links, `alignment.links.column_links`).
-      given: checkpoint, layer, heads, shift, words, threshold (a float, or "argmax") of the
+      given: checkpoint, layer, heads, shift, words, threshold (a float, or "argmax"),
+        measure ("weights", "norm", "alti": what a decoder layer's map is) of the
         forward model; None or absent = the stored `--select` choice, else the default.
         The reverse model takes the same given values, else its stored ones (when it
         is the stored reverse run), else the defaults.
@@ -184,6 +188,7 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
     steps = [given["checkpoint"]] if given.get("checkpoint") else [str(s) for s in
                                                                      kept_steps(workdir)]
     heads = "mean" if given.get("heads") in (None, "mean") else tuple(given["heads"])
+    measure = given.get("measure") or "weights"  # one measure per --select: not a grid axis
     word_maps = (False, True) if given.get("words") is None else (bool(given["words"]),)
     readings = [(t, "none") for t in (None, *THRESHOLDS)]
     if not transpose:
@@ -191,7 +196,7 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
     out = []
     for step in steps:
         src, tgt = (targets, sources) if transpose else (sources, targets)
-        rec = Recorded(workdir, step, src, tgt, heads, batch_size, max_tokens)
+        rec = Recorded(workdir, step, src, tgt, heads, batch_size, max_tokens, measure)
         for layer in rec.layers:
             head = layer in HEAD_LAYERS
             if layer not in PRIOR_LAYERS:
@@ -207,7 +212,7 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
                                       words=words, both_ways=both_ways)
                     settings = {"checkpoint": str(rec.step), "layer": layer, "heads": heads,
                                 "shift": shift, "words": words, "threshold": threshold,
-                                "prior_weight": weight}
+                                "prior_weight": weight, "measure": measure}
                     out.append((alignment_scores(links, golds)["aer"], settings, links,
                                 both_ways))
     return sorted(out, key=lambda c: c[0])  # stable: ties keep the grid order

@@ -8,6 +8,7 @@
         [--heads mean|0,2]
         [--[no]shift] [--[no]words] [--threshold argmax|X] [--prior_weight W]
         [--checkpoint best|last|STEP] [--select] [--plot PNG [--plot_pair K]]
+        [--measure weights|norm|alti]
 
 stdout: one Pharaoh line per input pair, in order, nothing dropped: 0-indexed `i-j`
 links between the i-th source and j-th target word of the given whitespace words
@@ -39,6 +40,11 @@ context-aware layer taught by the two heads or by an outside aligner's links
 geometric mean of that and their normalisation over the target pieces (no prior, so no
 `--prior_weight`); and `--layer alignment_heads_student`, the mean of the heads' and the
 student's joint readings (the recipe's reading when the student was taught links).
+`--measure` picks what a decoder layer's map is (models/contributions.py): the
+attention `weights` (default), the `norm`-based maps ||alpha f(x)|| (Kobayashi et al.
+2020), or `alti`, ALTI+'s contributions of each source piece to each target step
+(Ferrando et al. 2022; the whole model's: every --layer and --heads reads the same);
+`--select` chooses the other settings on that measure and stores it with them.
 `--words` merges the map into words first (a target word's piece rows averaged, a
 source word's piece columns summed) and reads that, instead of merging the pieces' links.
 `--reverse_workdir` adds a model of the opposite direction (its links are transposed)
@@ -117,6 +123,9 @@ def define_flags() -> None:
                         "two joint readings).")
     flags.DEFINE_string("heads", None, "mean, or comma-separated head indices to average.")
     flags.DEFINE_bool("shift", None, "Read the row where the target word is the input.")
+    flags.DEFINE_enum("measure", None, ["weights", "norm", "alti"], "What a decoder layer's "
+                      "map is: attention weights, norm-based maps or ALTI+ source "
+                      "contributions.")
     flags.DEFINE_bool("words", None, "Merge the map into words before reading it (else "
                       "each piece's links are merged).")
     flags.DEFINE_string("threshold", None, "argmax, or link every weight >= this number.")
@@ -195,7 +204,7 @@ def main(argv: list[str]) -> None:
              "layer": None if f.layer is None else parse_layer(f.layer),
              "heads": None if f.heads is None else parse_heads(f.heads),
              "threshold": None if f.threshold is None else parse_threshold(f.threshold),
-             "prior_weight": f.prior_weight}
+             "prior_weight": f.prior_weight, "measure": f.measure}
     sources, targets = read_pairs(f.pairs) if f.pairs else read_sides(f.source, f.target)
     golds = read_gold(f.gold, sources, targets) if f.gold else None
     if not cli.debug_enabled():

@@ -60,30 +60,39 @@ class HeadTerms(NamedTuple):
 
 
 @functools.cache
-def _forced_fn(with_head: bool):
+def _forced_fn(with_head: bool, measure: str = "weights"):
     """The jitted (graphdef [static], state, src, tgt_in, tgt_out) -> (cross-attention
-    [L, B, H, T, S], the head's terms {name: [B, T, S] or [B, S + 1, S]} or None); built on
-    first use, so importing this module does not load JAX."""
+    [L, B, H, T, S], or with `measure` "norm" / "alti" that measure's map of the same shape
+    (`models.contributions.cross_map`), the head's terms {name: [B, T, S] or
+    [B, S + 1, S]} or None); built on first use, so importing this module does not load
+    JAX."""
     import jax
     from flax import nnx
 
+    from models.contributions import cross_map
+
     def fn(graphdef, state, src, tgt_in, tgt_out):
         model = nnx.merge(graphdef, state)
+        measured = None if measure == "weights" else cross_map(model, src, tgt_in, measure)
         if not with_head:
+            if measured is not None:
+                return measured, None
             return model(src, tgt_in, return_weights=True)[1]["cross"], None
         _, _, _, weights = model.forward_with_alignment(src, tgt_in, tgt_out,
                                                         return_weights=True)
-        return weights["cross"], {key: value for key, value in weights.items()
-                                  if key.startswith("alignment_")}
+        return (weights["cross"] if measured is None else measured), {
+            key: value for key, value in weights.items() if key.startswith("alignment_")}
 
     return jax.jit(fn, static_argnums=0)
 
 
 def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size: int,
-           limit: int = MAX_TOKENS) -> tuple[list[np.ndarray], list[HeadTerms] | None,
-                                             list[HeadTerms] | None, list[tuple] | None]:
-    """One teacher-forced pass over every unit: its cross-attention averaged over `heads`
-    and, for a model with an alignment head, the head's terms (alignment/head.py).
+           limit: int = MAX_TOKENS, measure: str = "weights",
+           ) -> tuple[list[np.ndarray], list[HeadTerms] | None, list[HeadTerms] | None,
+                      list[tuple] | None]:
+    """One teacher-forced pass over every unit: its cross-attention (or `measure`'s map,
+    `_forced_fn`) averaged over `heads` and, for a model with an alignment head, the
+    head's terms (alignment/head.py).
 
     Returns (per unit float32 [L, n + 1, m + 1]: decoder layer, decoder input row (<s>,
     y_0..y_{n-1}), source column (m pieces, then </s>); per unit `HeadTerms`, or None
@@ -118,8 +127,8 @@ def record(model, units: Sequence[Unit], heads: str | Sequence[int], batch_size:
             src[row, : len(u.src) + 1] = [*u.src, EOS_ID]
             tgt_in[row, : len(u.tgt) + 1] = [BOS_ID, *u.tgt]
             tgt_out[row, : len(u.tgt) + 1] = [*u.tgt, EOS_ID]
-        cross, terms = jax.device_get(_forced_fn(with_head)(graphdef, state, src, tgt_in,
-                                                           tgt_out))
+        cross, terms = jax.device_get(_forced_fn(with_head, measure)(graphdef, state, src,
+                                                                    tgt_in, tgt_out))
         for row, i in enumerate(group):
             n, m = len(units[i].tgt), len(units[i].src)
             atts[i] = np.asarray(cross[:, row][:, head_index, : n + 1, : m + 1],
@@ -207,7 +216,8 @@ class Recorded:
 
     def __init__(self, workdir: str | Path, checkpoint: str, sources: Sequence[str],
                  targets: Sequence[str], heads: str | Sequence[int] = "mean",
-                 batch_size: int = 32, max_tokens: int | None = None):
+                 batch_size: int = 32, max_tokens: int | None = None,
+                 measure: str = "weights"):
         from evaluation.loading import load_params, load_tokenizer
 
         self.workdir = Path(workdir)
@@ -225,8 +235,9 @@ class Recorded:
             limit = min(limit, self.cfg.model.max_positions)
         self.num_pairs = len(sources)
         self.units = make_units(tokenizer, sources, targets, limit)
+        self.measure = measure  # what the decoder layers' maps are (`record`)
         self.atts, head, reverse, student = record(loaded.model, self.units, heads,
-                                                   batch_size, limit)
+                                                   batch_size, limit, measure)
         self.terms = {HEAD_LAYER: head, REVERSE_HEAD_LAYER: reverse}
         self.has_head = head is not None
         self._posteriors: dict[tuple, list[np.ndarray]] = {}  # head_posteriors, per weight

@@ -6,7 +6,9 @@ A direction's settings are a dict over SETTING_KEYS: checkpoint (a step, as text
 layer (a decoder layer index, "mean" or one of HEAD_LAYERS), heads ("mean" or a tuple of
 indices), shift (bool), words (bool: the map merged into words before it is read; stored
 files from before the key read as False), threshold (None = argmax, else a float in (0, 1]) and
-prior_weight (the head's, in [0, 1]; None for a layer).
+prior_weight (the head's, in [0, 1]; None for a layer) and measure (what a decoder
+layer's map is: "weights", "norm" or "alti", models/contributions.py; files from before
+the key read as "weights").
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from alignment.links import HEAD_LAYERS
 from common.errors import UserError
 
 RESULT_FILE = Path("eval") / "alignment.json"  # relative to the workdir
-SETTING_KEYS = ("checkpoint", "layer", "heads", "shift", "words", "threshold", "prior_weight")
+SETTING_KEYS = ("checkpoint", "layer", "heads", "shift", "words", "threshold", "prior_weight",
+                "measure")
 
 
 def stored_settings(workdir: str | Path) -> dict:
@@ -73,4 +76,5 @@ def describe(settings: dict) -> str:
     return (f"checkpoint {settings['checkpoint']}, layer {settings['layer']}, heads {heads}, "
             f"{rule}{', shift' if settings['shift'] else ''}"
             f"{', word map' if settings.get('words') else ''}"
-            f"{'' if weight is None else f', prior weight {weight:g}'}")
+            f"{'' if weight is None else f', prior weight {weight:g}'}"
+            f"{'' if settings.get('measure', 'weights') == 'weights' else ', measure ' + settings['measure']}")

@@ -266,6 +266,21 @@ def _sentence(model, blocks: dict) -> dict:
     return out
 
 
+def cross_map(model, src: jnp.ndarray, tgt_in: jnp.ndarray, measure: str) -> jnp.ndarray:
+    """What a word aligner reads under `measure`, shaped like the cross-attention weights
+    [L_dec, B, H, T, S]: "norm" the norm-based maps; "alti" ALTI+'s source contributions
+    `alti_source` on every layer and head (it has neither: any choice reads the same)."""
+    c = contributions(model, src, tgt_in)
+    if measure == "norm":
+        return jnp.moveaxis(c["norm_cross"], 0, 1)
+    if measure != "alti":
+        raise ValueError(f"measure must be norm or alti here, got {measure!r}")
+    layers, heads = len(model.decoder_layers), model.decoder_layers[0].cross_attention.num_heads
+    source = c["alti_source"]  # [B, T, S]
+    return jnp.broadcast_to(source[None, :, None], (layers, source.shape[0], heads,
+                                                    *source.shape[1:]))
+
+
 def contributions(model, src: jnp.ndarray, tgt_in: jnp.ndarray,
                   sentences_at_once: int = SENTENCES_AT_ONCE) -> dict:
     """Every contribution measure of a teacher-forced batch, batch axis first.

@@ -276,7 +276,8 @@ def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, rever
     stored = json.loads((workdir / "eval" / "alignment.json").read_text())
     settings = stored["settings"]
     assert set(settings) == {"checkpoint", "layer", "heads", "shift", "words", "threshold",
-                             "prior_weight", "symmetrize", "reverse"}
+                             "prior_weight", "measure", "symmetrize", "reverse"}
+    assert settings["measure"] == "weights"
     assert settings["checkpoint"] in ("20", "40") and settings["heads"] == "mean"
     # 2 checkpoints x (layer 0, mean) x shift x piece or word map x (argmax + 7
     # thresholds), both directions, and the forward maps read both ways (x 3 methods);

@@ -297,14 +297,10 @@ def test_decoded_maps_equal_teacher_forcing_the_hypothesis():
 
 # ---------------------------------------------------------------- map files end to end
 
-def test_training_and_evaluate_write_contributions(tmp_path):
-    """attention_maps.contributions in training's validation maps, evaluate's
-    --save_attention with contributions under beam search, and inspect's --measure."""
-    from analysis.inspect import run as inspect
-    from attention.mapfile import load_maps, validate_maps
-    from common.errors import UserError
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A 4-step smoke run whose validation maps carry contributions."""
     from configs import smoke
-    from evaluate import evaluate
     from train import train
 
     cfg = smoke.get_config()
@@ -314,15 +310,27 @@ def test_training_and_evaluate_write_contributions(tmp_path):
     cfg.eval.max_sentences = 4
     cfg.attention_maps.num_examples = 2
     cfg.attention_maps.contributions = True
-    workdir = tmp_path / "run"
+    workdir = tmp_path_factory.mktemp("contrib") / "run"
     assert train(cfg, workdir) == 0
+    return workdir
+
+
+def test_training_and_evaluate_write_contributions(trained, tmp_path):
+    """attention_maps.contributions in training's validation maps, evaluate's
+    --save_attention with contributions under beam search, and inspect's --measure."""
+    from analysis.inspect import run as inspect
+    from attention.mapfile import load_maps, validate_maps
+    from common.errors import UserError
+    from evaluate import evaluate
+
+    workdir = trained
     for decode in ("teacher_forced", "greedy"):
         maps = load_maps(workdir / "attention" / f"valid_step0000004_{decode}.npz")
         assert maps.has_contributions and maps.num_examples == 2
         validate_maps(maps)
 
     result = evaluate(workdir, split="valid", beam_size=2, max_sentences=3, save_attention=3,
-                      contributions=True, checkpoint="last")
+                      contributions=True, checkpoint="last", name="contrib")
     path = result["files"]["attention"]
     maps = load_maps(path)
     validate_maps(maps)
@@ -455,3 +463,34 @@ def test_heads_norm_share():
         np.testing.assert_allclose(shares[kind]["norm_share"], mass / mass.sum(1, keepdims=True),
                                    atol=1e-6)
         np.testing.assert_allclose(np.sum(shares[kind]["norm_share"], 1), 1.0, atol=1e-6)
+
+
+def test_align_reads_links_from_a_measure(trained):
+    """attention.align --measure: the maps it reads are the norm-based maps / ALTI+ source
+    contributions of each pair (head-averaged), computed here from the pair's ids."""
+    from alignment.aligner import align
+    from alignment.forced import Recorded
+    from alignment.settings import describe
+    from configs import resolved
+    from evaluation.loading import load_params, load_tokenizer
+
+    sources, targets = ["ein Mann läuft .", "zwei Hunde"], ["a man runs .", "two dogs"]
+    cfg = resolved.load_config_json(trained)
+    model = load_params(trained, "last", cfg=cfg, tokenizer=load_tokenizer(trained, cfg)).model
+    recorded = {m: Recorded(trained, "last", sources, targets, measure=m)
+                for m in ("weights", "norm", "alti")}
+    for i, unit in enumerate(recorded["norm"].units):
+        n, m = len(unit.tgt), len(unit.src)
+        src = jnp.asarray([[*unit.src, EOS_ID]], jnp.int32)
+        tgt = jnp.asarray([[BOS_ID, *unit.tgt]], jnp.int32)
+        got = contributions(model, src, tgt)
+        np.testing.assert_allclose(recorded["norm"].atts[i],
+                                   np.asarray(got["norm_cross"][0]).mean(1)[:, :n + 1, :m + 1],
+                                   atol=1e-5)
+        for layer in recorded["alti"].atts[i]:  # the whole model's: the same on every layer
+            np.testing.assert_allclose(layer, got["alti_source"][0, :n + 1, :m + 1], atol=1e-5)
+        assert not np.allclose(recorded["weights"].atts[i], recorded["norm"].atts[i])
+    result = align(trained, sources, targets, measure="alti", checkpoint="last", layer=0)
+    assert result["settings"]["measure"] == "alti" and len(result["links"]) == 2
+    assert result["links"] == recorded["alti"].links(0, False, None)
+    assert describe(result["settings"]).endswith("measure alti")
