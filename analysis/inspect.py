@@ -284,8 +284,10 @@ def run(file: str | os.PathLike | Sequence[str | os.PathLike], *, example: int |
     if measure not in MEASURES:  # absl checks the flag; this is for Python callers
         raise UserError(f"--measure must be one of {', '.join(MEASURES)}, got {measure!r}")
     if measure != "weights":
-        other = [f for f, on in (("--grid", grid), ("--rollout", rollout), ("--html", html))
-                 if on]
+        if html:
+            raise UserError(f"--html shows every measure the file holds (the viewer's measure "
+                            f"control): drop --measure {measure}")
+        other = [f for f, on in (("--grid", grid), ("--rollout", rollout)) if on]
         if other:
             raise UserError(f"{other[0]} draws attention weights only, not --measure {measure}")
     if measure == "alti" and (kind != "cross" or layer != "mean" or head != "mean"):
