@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -233,10 +234,15 @@ def select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], 
     and every SYMMETRIZE of the two directions' best TOP_PER_DIRECTION row readings.
     `inputs` (file names, say) is stored as provenance.
     """
-    prepare_output_folder(Path(workdir) / RESULT_FILE.parent)  # fail before the work
+    out = Path(workdir) / RESULT_FILE.parent
+    if out.is_dir():
+        prepare_output_folder(out)  # a read-only or full eval/ fails before the work
+    elif not os.access(workdir, os.W_OK):
+        raise UserError(f"cannot write {out}: {workdir} is not writable")
     dev = min(dev_sentences, len(sources)) if dev_sentences > 0 else len(sources)
     args = (sources[:dev], targets[:dev], golds[:dev])
     fwd = _candidates(workdir, *args, given, batch_size, max_tokens, transpose=False)
+    prepare_output_folder(out)  # only now: a refused run (no or damaged checkpoint) adds nothing
     best = (fwd[0][0], fwd[0][1], fwd[0][3], None)
     grid = [{"direction": "forward", "dev_aer": a, **s, "symmetrize": m} for a, s, _, m in fwd]
     rows_only = [c for c in fwd if c[3] == "none"]

@@ -461,3 +461,21 @@ def test_alignment_readings_bench(reverse_workdir, tmp_path):
                   layer="alignment_joint", threshold=0.3, words=True, prior_weight=0.5)
     assert last["readings"]["joint, word map, W = 0.5, threshold 0.3"] == joint["scores"]["all"]
     assert "| run, step |" in result.stdout
+
+
+def test_a_refused_select_creates_no_eval_folder(smoke_workdir, tmp_path):
+    """--select on a run whose only checkpoint is damaged is refused in one line and leaves
+    the workdir as it was: no eval/ folder appears before the checkpoint has loaded."""
+    workdir = tmp_path / "run"
+    shutil.copytree(smoke_workdir, workdir, ignore=shutil.ignore_patterns("eval"))
+    for step in (workdir / "checkpoints").iterdir():  # every kept step: truncate its arrays
+        for data in (step / "state").rglob("d/*"):
+            if data.is_file():
+                data.write_bytes(data.read_bytes()[:10])
+    before = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*"))
+    result = run_module("attention.align", "--workdir", str(workdir), "--select",
+                        "--pairs", str(FIXTURES / "rwth_de_en.head10.de-en"),
+                        "--gold", str(FIXTURES / "rwth_de_en.head10.talp"))
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*")) == before
