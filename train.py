@@ -131,8 +131,9 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     reader = ckpt.make_manager(checkpoint_dir, cfg.checkpoint.keep, read_only=True) \
         if checkpoint_dir.is_dir() else None
     latest = reader.latest_step() if reader is not None else None
+    saved_meta = ckpt.restore_meta(reader, latest) if latest is not None else {}
     if latest is not None:
-        if ckpt.EXPORT_KEY in ckpt.restore_meta(reader, latest):
+        if ckpt.EXPORT_KEY in saved_meta:
             raise UserError(f"{workdir} holds an exported model (parameters alone, for "
                             "inference: scripts/export_pretrained.py); train in a new --workdir")
         saved = load_config_json(workdir)
@@ -147,7 +148,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     fingerprints = {name: sha256 for plugin in plugins
                     for name, sha256 in plugin.read_inputs(corpus.pairs).items()}
     if latest is not None:
-        check_resume_inputs(LoopState.from_meta(ckpt.restore_meta(reader, latest)), latest,
+        check_resume_inputs(LoopState.from_meta(saved_meta), latest,
                             workdir, corpus.data_sha256, fingerprints)
 
     hold_workdir(workdir, checkpoint_dir, latest, hold, held)  # one writer from here on

@@ -49,7 +49,7 @@ class Tick:
     state: dict
     final: bool
     stop: StopRequest
-    signalled: bool = False
+    signalled: bool = dataclasses.field(init=False)  # read from `stop` when made
     bleu: float | None = None
     _stopping: bool | None = None
 
