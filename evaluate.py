@@ -126,7 +126,6 @@ training does not start while an evaluation writes. Runs that are only read (the
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import json
@@ -141,7 +140,7 @@ from absl import logging as absl_logging
 from common import cli
 from common.errors import UserError
 from common.files import prepare_output_folder, write_atomic
-from common.workdir_lock import WorkdirLock
+from common.workdir_lock import evaluation_locks
 from configs import resolved
 from evaluation import seeds
 from evaluation.inputs import output_base, read_inputs
@@ -271,7 +270,7 @@ def evaluate(workdir: str | Path, **options) -> dict:
         return evaluate_seeds(workdir, seed_runs, opts)
     run = prepare(workdir, opts)
     check_output_folder(workdir / EVAL_DIR)
-    with holding([workdir]):
+    with evaluation_locks([workdir]):
         return decode_and_write(run, prepare_output_folder(workdir / EVAL_DIR))
 
 
@@ -283,19 +282,6 @@ def check_output_folder(folder: Path) -> None:
             if not path.is_dir():
                 raise UserError(f"{path} is a file, not a folder")
             return
-
-
-def holding(workdirs: list[Path]) -> contextlib.ExitStack:
-    """The shared locks of `workdirs` (this command writes their eval/), all held or
-    none: UserError naming the training that holds one."""
-    stack = contextlib.ExitStack()
-    with stack:
-        for workdir in workdirs:
-            stack.enter_context(WorkdirLock(
-                workdir, shared=True, purpose="evaluation",
-                hint="evaluate it once training has ended (its checkpoints may be deleted "
-                     "or its best step change meanwhile)"))
-        return stack.pop_all()
 
 
 @dataclasses.dataclass
@@ -482,7 +468,7 @@ def evaluate_seeds(parent: Path, runs: list[Path], opts: EvalOptions) -> dict:
     prepared = [prepare(run, opts) for run in runs]
     for folder in (parent, *runs):
         check_output_folder(folder / EVAL_DIR)
-    with holding([parent, *runs]):
+    with evaluation_locks([parent, *runs]):
         out_dir = prepare_output_folder(parent / EVAL_DIR)
         results = [decode_and_write(run, prepare_output_folder(run.workdir / EVAL_DIR))
                    for run in prepared]

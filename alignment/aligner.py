@@ -31,6 +31,7 @@ from alignment.links import (
 from alignment.settings import RESULT_FILE, SETTING_KEYS, stored_settings
 from common.errors import UserError
 from common.files import prepare_output_folder, write_atomic
+from common.workdir_lock import evaluation_locks
 from configs import resolved
 from configs.alignment_group import GROUP
 
@@ -239,6 +240,17 @@ def select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], 
         prepare_output_folder(out)  # a read-only or full eval/ fails before the work
     elif not os.access(workdir, os.W_OK):
         raise UserError(f"cannot write {out}: {workdir} is not writable")
+    with evaluation_locks([Path(workdir)], purpose="alignment selection"):
+        return _select(workdir, sources, targets, golds, reverse_workdir=reverse_workdir,
+                       dev_sentences=dev_sentences, batch_size=batch_size, max_tokens=max_tokens,
+                       inputs=inputs, keep_recorded=keep_recorded, given=given, out=out)
+
+
+def _select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], golds: Sequence,
+            *, reverse_workdir: str | Path | None, dev_sentences: int, batch_size: int,
+            max_tokens: int | None, inputs: dict | None, keep_recorded: bool, given: dict,
+            out: Path) -> dict:
+    """`select`'s work, while it holds the workdir's shared lock."""
     dev = min(dev_sentences, len(sources)) if dev_sentences > 0 else len(sources)
     args = (sources[:dev], targets[:dev], golds[:dev])
     fwd = _candidates(workdir, *args, given, batch_size, max_tokens, transpose=False)

@@ -26,11 +26,13 @@ From Python: `analyze_heads(workdir, **options) -> dict`, the heads.json content
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
 from pathlib import Path
 
+import ml_collections
 import numpy as np
 from absl import flags
 from absl import logging as absl_logging
@@ -41,6 +43,7 @@ from attention.mapfile import load_maps
 from common import cli
 from common.errors import UserError
 from common.files import prepare_output_folder, require_file, write_atomic
+from common.workdir_lock import evaluation_locks
 from configs import resolved
 from data.tokenizer import PAD_ID
 
@@ -253,18 +256,31 @@ def analyze_heads(workdir: str | Path, *, split: str = "valid", checkpoint: str 
                   gold_pairs: str | None = None, gold: str | None = None,
                   over_steps: bool = False, out: str | None = None) -> dict:
     """Everything in the module docstring; writes `<out>/heads.json` and the figures."""
+    workdir = Path(workdir)
+    cfg = resolved.load_config_json(workdir)  # a missing or foreign workdir: refused unlocked
+    # Into the run's own eval/ (the default): never while it trains (common/workdir_lock.py).
+    with (evaluation_locks([workdir], purpose="head analysis") if out is None
+          else contextlib.nullcontext()):
+        return _analyze_heads(workdir, split=split, checkpoint=checkpoint, beam_size=beam_size,
+                              max_sentences=max_sentences, batch_size=batch_size,
+                              gold_pairs=gold_pairs, gold=gold, over_steps=over_steps, out=out,
+                              cfg=cfg)
+
+
+def _analyze_heads(workdir: Path, *, cfg: ml_collections.ConfigDict, split: str,
+                   checkpoint: str, beam_size: int, max_sentences: int, batch_size: int, gold_pairs: str | None, gold: str | None,
+                   over_steps: bool, out: str | None) -> dict:
+    """`analyze_heads`'s work."""
     from analysis import head_figures
     from data.corpora import load_corpus
     from evaluation.loading import load_params, load_tokenizer
     from training.compilation import enable_compilation_cache
 
-    workdir = Path(workdir)
     if (gold_pairs is None) != (gold is None):
         raise UserError("--gold_pairs and --gold go together")
     for path in (gold_pairs, gold):
         if path is not None:
             require_file(path)
-    cfg = resolved.load_config_json(workdir)
     tokenizer = load_tokenizer(workdir, cfg)
     sources, targets = load_corpus(cfg.data, split)
     if max_sentences:

@@ -32,6 +32,7 @@ one-line warning says so and the command goes on unlocked, as before locks exist
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -197,3 +198,18 @@ class WorkdirLock:
         # write) never sees half of one.
         os.pwrite(self._fd, data.ljust(RECORD_BYTES - 1) + b"\n", 0)
         os.ftruncate(self._fd, RECORD_BYTES)
+
+
+def evaluation_locks(workdirs: list[Path], purpose: str = "evaluation") -> contextlib.ExitStack:
+    """The shared locks of `workdirs`, all held or none, for a command that writes their
+    eval/ (evaluate.py, attention.align --select, attention.heads): side by side with each
+    other, never into a run being trained (UserError naming the training that holds one).
+    Use as `with evaluation_locks([workdir]): ...`."""
+    stack = contextlib.ExitStack()
+    with stack:
+        for workdir in workdirs:
+            stack.enter_context(WorkdirLock(
+                workdir, shared=True, purpose=purpose,
+                hint="run it once training has ended (its checkpoints may be deleted "
+                     "or its best step change meanwhile)"))
+        return stack.pop_all()

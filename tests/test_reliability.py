@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, run_script
+from conftest import REPO, run_module, run_script
 from test_train import final_params, flat
 
 from common.errors import UserError
@@ -466,6 +466,30 @@ def test_training_is_refused_while_an_evaluation_writes_into_the_workdir(trained
         result = train("--workdir", str(trained))
         assert_one_line_error(result, 2, f"{trained} is in use by pid {os.getpid()}",
                               "evaluation)")
+        assert snapshot(trained) == before
+    assert not (trained / ".lock").exists()
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+WRITERS_INTO_EVAL = {  # every command that writes into a run's eval/ by default
+    "evaluate": ("evaluate.py", ["--split", "valid", "--max_sentences", "2"]),
+    "heads": ("-m attention.heads", ["--max_sentences", "2"]),
+    "align_select": ("-m attention.align", [
+        "--select", "--pairs", str(FIXTURES / "rwth_de_en.head10.de-en"),
+        "--gold", str(FIXTURES / "rwth_de_en.head10.talp"), "--dev_sentences", "2"]),
+}
+
+
+@pytest.mark.parametrize("command", sorted(WRITERS_INTO_EVAL))
+def test_a_run_being_trained_is_not_written_into_by_any_command(trained, command):
+    script, args = WRITERS_INTO_EVAL[command]
+    with WorkdirLock(trained, purpose="training"):
+        before = snapshot(trained)
+        runner = run_module if script.startswith("-m ") else run_script
+        result = runner(script.removeprefix("-m "), "--workdir", str(trained), *args,
+                        timeout=TIMEOUT)
+        assert_one_line_error(result, 2, f"{trained} is in use by pid {os.getpid()}",
+                              "training)")
         assert snapshot(trained) == before
     assert not (trained / ".lock").exists()
 
