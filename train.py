@@ -206,8 +206,11 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
                                                    cfg.data.pack_length, math.lcm(8, mesh.size)),
                                       mesh))
     budget = f" (stops after {cfg.train.max_minutes:g} min)" if cfg.train.max_minutes else ""
+    # Seeds trained together share one bar, the first seed's; each seed's lines name it.
+    tag = f"seed {slot.seed}: " if slot else ""
     progress = tqdm(total=cfg.train.num_steps, initial=step, dynamic_ncols=True,
-                    disable=jax.process_index() != 0, desc=f"train{budget}", mininterval=5)
+                    disable=jax.process_index() != 0 or bool(slot and not slot.shows_progress),
+                    desc=f"train{slot.group_label if slot else ''}{budget}", mininterval=5)
     first_step, step_cap_warned = step, False
     session_start, trained_before = time.time(), loop.train_seconds
     compile_timer = CompileTimer().start()  # XLA compilation (or cache loads) of this run
@@ -220,7 +223,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
             loop.best_bleu, loop.best_step, loop.bad_evals = tick.bleu, tick.step, 0
         else:
             loop.bad_evals += 1
-        progress.write(f"step {tick.step}: valid BLEU {tick.bleu:.2f} (best {loop.best_bleu:.2f} "
+        progress.write(f"{tag}step {tick.step}: valid BLEU {tick.bleu:.2f} (best {loop.best_bleu:.2f} "
                        f"at step {loop.best_step})")
 
     def train_seconds() -> float:
@@ -259,7 +262,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
                 break
             if why := finished_reason(step, loop, cfg.train):  # after validation: patience too
                 if step < cfg.train.num_steps:
-                    progress.write(f"stopping at step {step}: {why}")
+                    progress.write(f"{tag}stopping at step {step}: {why}")
                 break
     finally:
         batches.close()  # stops the input thread, which places batches with JAX

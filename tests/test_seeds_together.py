@@ -178,6 +178,9 @@ def test_together_ends_where_each_seed_alone_ends_and_resumes_after_a_kill(tmp_p
     result = run_script(*args[1:])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming from step" in result.stderr
+    # The group's bar names its seeds; no bar carries a lone run's label.
+    assert "train (seeds 0, 1 together):" in result.stderr
+    assert "\rtrain:" not in result.stderr and not result.stderr.startswith("train:")
     for seed in (0, 1):
         run, alone = together / f"seed{seed}", apart / f"seed{seed}"
         assert saved_steps(run) == saved_steps(alone) == [25, 30]

@@ -65,6 +65,9 @@ class SeedSlot:
 
     def __init__(self, group: SeedGroup, seed: int):
         self.group, self.seed, self.stop = group, seed, group.stop
+        # One progress bar for the group (the first seed's), labelled with every seed.
+        self.shows_progress = seed == min(group.seeds)
+        self.group_label = f" (seeds {', '.join(map(str, group.seeds))} together)"
 
     def make_step(self, graphdef, cfg_train, plugins=()) -> Callable:
         """`make_train_step(graphdef, cfg_train, plugins=plugins)`'s signature and step:
@@ -83,6 +86,7 @@ class SeedGroup:
 
     def __init__(self, seeds: Sequence[int], stop: StopRequest):
         self.stop = SharedStop(stop)
+        self.seeds = tuple(seeds)
         self._cond = threading.Condition()
         self._members = set(seeds)  # seeds that have not left (started or not)
         self._arrived: set[int] = set()  # seeds that gave a step or left
