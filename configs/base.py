@@ -54,6 +54,12 @@ def get_config() -> ml_collections.ConfigDict:
     # every run on the same data (data/cache.py); "" = $XDG_CACHE_HOME/attnmt/data.
     data.cache_dir = ""
     data.max_train_sentences = 0  # keep only the first N training pairs (0 = all)
+    # Sequence-level knowledge distillation (data/corpora.py `with_distilled`): a teacher's
+    # translation of every training source, one per line (evaluate.py --source on the
+    # training source file writes it); "replace" trains on the teacher's targets, "add" on
+    # the original pairs and the teacher's. "" = off.
+    data.distilled_targets = ""
+    data.distilled_mix = "replace"  # replace | add
     # raw | lc_norm_tok: what the tokenizer trains on, the model translates and BLEU scores
     # (data/protocol.py); Multi30k reads its official lc.norm.tok files (data/multi30k/tok/),
     # other datasets pass through sacremoses (lowercase, normalise punctuation, tokenise).

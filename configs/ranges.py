@@ -116,6 +116,8 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     "data.hf_cache_dir": PATH,
     "data.cache_dir": PATH,
     "data.max_train_sentences": at_least(0, "0 = all"),
+    "data.distilled_targets": PATH,
+    "data.distilled_mix": Choice(("replace", "add"), "data/corpora.py with_distilled"),
     "data.text_protocol": Choice(TEXT_PROTOCOLS, "data/protocol.py"),
     "data.vocab_size": at_least(5, "SentencePiece's special pieces and one more"),
     "data.joint_vocab": SWITCH,

@@ -20,7 +20,10 @@ Datasets (`data.dataset`):
 Under `data.text_protocol = "lc_norm_tok"` (data/protocol.py) Multi30k reads its official
 `tok/*.lc.norm.tok.*` files and every other dataset's text passes through sacremoses.
 
-Training split only: pairs with an empty side are dropped, then at most
+Training split only: with `data.distilled_targets` (a teacher's translation of every
+training source, one per line) the targets are the teacher's, or both (`data.distilled_mix`:
+sequence-level knowledge distillation, `with_distilled`); then pairs with an empty side
+are dropped, then at most
 `data.max_train_sentences` pairs are kept (the first ones, 0 = all). Eval splits
 keep every line, empty ones included, so hypotheses stay aligned with the
 reference file.
@@ -30,6 +33,7 @@ Bad input raises `DataError` with a one-line message naming the file.
 
 import gzip
 import hashlib
+import itertools
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -360,6 +364,48 @@ def drop_empty_pairs(sources: list[str], targets: list[str]) -> Corpus:
     return [sources[i] for i in keep], [targets[i] for i in keep]
 
 
+def distilled_lines(cfg_data: ml_collections.ConfigDict) -> Iterator[str] | None:
+    """The lines of `data.distilled_targets` (streamed), or None when it is not set."""
+    path = cfg_data.get("distilled_targets", "")
+    return iter_lines(path) if path else None
+
+
+def with_distilled(sources: list[str], targets: list[str], distilled: Iterator[str],
+                   mix: str, name: str) -> Corpus:
+    """Sequence-level knowledge distillation (Kim & Rush 2016): the training pairs with a
+    teacher's translations of their sources as targets.
+
+    Args:
+      sources, targets: consecutive training pairs as read (before empty-sided pairs
+        are dropped), in `data.text_protocol`'s form.
+      distilled: the teacher's lines from here on, one per pair (`evaluate.py --source`
+        on the training source file writes them, in the same protocol); the next
+        len(sources) lines are taken.
+      mix: "replace": (source, distilled) in place of each pair; "add": each pair
+        followed by (source, distilled), so the corpus doubles.
+      name: the distilled file, for the message.
+    Returns:
+      (sources, targets) of the mixed pairs.
+    Raises:
+      DataError: the file has fewer lines than the training pairs.
+    """
+    teacher = list(itertools.islice(distilled, len(sources)))
+    if len(teacher) < len(sources):
+        raise DataError(f"{name} has fewer lines than the training split: one teacher "
+                        "translation per training pair is needed")
+    if mix == "replace":
+        return list(sources), teacher
+    return ([s for s in sources for _ in range(2)],
+            [t for pair in zip(targets, teacher, strict=True) for t in pair])
+
+
+def check_distilled_end(distilled: Iterator[str], name: str, pairs: int) -> None:
+    """DataError if `distilled` has lines left once every one of `pairs` took its own."""
+    if next(distilled, None) is not None:
+        raise DataError(f"{name} has more lines than the {pairs} pairs of the training "
+                        "split: it was written for other data")
+
+
 def reads_protocol_text(cfg_data: ml_collections.ConfigDict) -> bool:
     """Whether the dataset's loader reads `data.text_protocol`'s text itself (Multi30k: the
     official files of each protocol); the others load raw text for `apply_protocol`."""
@@ -389,6 +435,11 @@ def load_corpus(cfg_data: ml_collections.ConfigDict, split: str) -> Corpus:
     sources, targets = LOADERS[cfg_data.dataset](cfg_data, split)
     if not reads_protocol_text(cfg_data):
         sources, targets = apply_protocol(cfg_data, sources, targets)
+    if split == "train" and (distilled := distilled_lines(cfg_data)) is not None:
+        name, pairs = cfg_data.distilled_targets, len(sources)
+        sources, targets = with_distilled(sources, targets, distilled,
+                                          cfg_data.get("distilled_mix", "replace"), name)
+        check_distilled_end(distilled, name, pairs)
     if split == "train":
         sources, targets = drop_empty_pairs(sources, targets)
         if not sources:

@@ -134,6 +134,21 @@ def _in_protocol(cfg_data: ml_collections.ConfigDict,
     return protocol_read
 
 
+def _with_distilled(cfg_data: ml_collections.ConfigDict,
+                    read: Callable[[int], Iterator[Chunk]]) -> Callable[[int], Iterator[Chunk]]:
+    """`read` with each chunk's targets from `data.distilled_targets` (corpora.with_distilled),
+    the file streamed beside the corpus."""
+    name, mix = cfg_data.distilled_targets, cfg_data.get("distilled_mix", "replace")
+
+    def distilled_read(size: int) -> Iterator[Chunk]:
+        distilled, pairs = corpora.distilled_lines(cfg_data), 0
+        for sources, targets in read(size):
+            pairs += len(sources)
+            yield corpora.with_distilled(sources, targets, distilled, mix, name)
+        corpora.check_distilled_end(distilled, name, pairs)
+    return distilled_read
+
+
 def training_source(cfg_data: ml_collections.ConfigDict) -> TrainingSource:
     """The training split of `cfg_data` as a TrainingSource; reads no corpus text (hashes
     the input files' bytes, or loads a Hugging Face dataset's Arrow table).
@@ -163,6 +178,10 @@ def training_source(cfg_data: ml_collections.ConfigDict) -> TrainingSource:
                 yield corpus[0][start:start + size], corpus[1][start:start + size]
     if cfg_data.dataset in ("text", "hf") and protocol_of(cfg_data) != RAW:
         read = _in_protocol(cfg_data, read)  # Multi30k's files and load_corpus's hold it already
+    if cfg_data.get("distilled_targets") and cfg_data.dataset != "tatoeba":  # load_corpus did
+        _file_digest(digest, Path(cfg_data.distilled_targets))
+        digest.update(f"distilled_mix={cfg_data.get('distilled_mix', 'replace')!r}\0".encode())
+        read = _with_distilled(cfg_data, read)
     return TrainingSource(key=digest.hexdigest(), read=read,
                           limit=cfg_data.get("max_train_sentences", 0),
                           name=f"{cfg_data.dataset} training split")
