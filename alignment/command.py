@@ -8,7 +8,7 @@
         [--heads mean|0,2]
         [--[no]shift] [--[no]words] [--threshold argmax|X] [--prior_weight W]
         [--checkpoint best|last|STEP] [--select] [--plot PNG [--plot_pair K]]
-        [--measure weights|norm|alti]
+        [--measure weights|norm|alti] [--reinit_seed N]
 
 stdout: one Pharaoh line per input pair, in order, nothing dropped: 0-indexed `i-j`
 links between the i-th source and j-th target word of the given whitespace words
@@ -45,6 +45,10 @@ attention `weights` (default), the `norm`-based maps ||alpha f(x)|| (Kobayashi e
 2020), or `alti`, ALTI+'s contributions of each source piece to each target step
 (Ferrando et al. 2022; the whole model's: every --layer and --heads reads the same);
 `--select` chooses the other settings on that measure and stores it with them.
+`--reinit_seed N` reads every run with fresh random parameters of the same architecture
+(`evaluation.loading.reinitialised`, seed N; the checkpoint is still read and checked):
+the model-randomisation sanity check (Adebayo et al. 2018); a `--select` stores the seed
+with the settings it chose (`selected_on`), so run it on a copy of the workdir.
 `--words` merges the map into words first (a target word's piece rows averaged, a
 source word's piece columns summed) and reads that, instead of merging the pieces' links.
 `--reverse_workdir` adds a model of the opposite direction (its links are transposed)
@@ -138,6 +142,8 @@ def define_flags() -> None:
     flags.DEFINE_string("plot", None, "Also draw pair --plot_pair's map with its links (and "
                         "the gold ones) into this PNG.")
     flags.DEFINE_integer("plot_pair", 0, "The pair --plot draws (0-indexed).")
+    flags.DEFINE_integer("reinit_seed", None, "Read the runs with fresh random parameters "
+                         "(this seed) in place of their checkpoints': a sanity check.")
 
 
 # ----------------------------------------------------------------------- command line
@@ -200,6 +206,8 @@ def main(argv: list[str]) -> None:
         raise UserError(f"--prior_weight must be in [0, 1], got {f.prior_weight:g}")
     if f.batch_size < 1:
         raise UserError(f"--batch_size must be at least 1, got {f.batch_size}")
+    if f.reinit_seed is not None and f.reinit_seed < 0:
+        raise UserError(f"--reinit_seed must be >= 0, got {f.reinit_seed}")
     given = {"checkpoint": f.checkpoint, "shift": f.shift, "words": f.words,
              "layer": None if f.layer is None else parse_layer(f.layer),
              "heads": None if f.heads is None else parse_heads(f.heads),
@@ -218,13 +226,18 @@ def main(argv: list[str]) -> None:
         prepare_output_folder(Path(f.plot).parent)
     options = dict(reverse_workdir=f.reverse_workdir, dev_sentences=f.dev_sentences,
                    batch_size=f.batch_size, keep_recorded=bool(f.plot), **given)
-    if f.select:
-        inputs = {"pairs": f.pairs, "source": f.source, "target": f.target, "gold": f.gold}
-        result = select(f.workdir, sources, targets, golds,
-                        inputs={k: v for k, v in inputs.items() if v}, **options)
-    else:
-        result = align(f.workdir, sources, targets, golds=golds, symmetrize_with=f.symmetrize,
-                       **options)
+    from evaluation.loading import reinitialising
+
+    with reinitialising(f.reinit_seed):  # None: the checkpoints' parameters
+        if f.select:
+            inputs = {"pairs": f.pairs, "source": f.source, "target": f.target, "gold": f.gold}
+            inputs = {k: v for k, v in inputs.items() if v}
+            if f.reinit_seed is not None:
+                inputs["reinit_seed"] = f.reinit_seed
+            result = select(f.workdir, sources, targets, golds, inputs=inputs, **options)
+        else:
+            result = align(f.workdir, sources, targets, golds=golds,
+                           symmetrize_with=f.symmetrize, **options)
     sys.stdout.write("".join(format_pharaoh(links) + "\n" for links in result["links"]))
     sys.stdout.flush()
     if f.plot:
@@ -232,4 +245,7 @@ def main(argv: list[str]) -> None:
     if golds is not None:
         dev = min(f.dev_sentences, len(sources)) if f.select else f.dev_sentences
         print("\n".join(score_lines(result, dev)), file=sys.stderr)
+    if f.reinit_seed is not None:
+        print(f"parameters: re-initialised with seed {f.reinit_seed}, not the checkpoints'",
+              file=sys.stderr)
 

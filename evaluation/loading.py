@@ -4,13 +4,20 @@
 Used by evaluate.py (which also checks the members of an ensemble here),
 the alignment command and bench/decode_speed.py. Heavy imports (JAX, orbax) happen
 inside the functions, so evaluate.py checks its inputs first.
+
+`reinitialised` (and `load_params(..., reinit_seed=N)`, or any loading inside
+`with reinitialising(N):`) gives the same architecture with fresh random parameters:
+the model-randomisation sanity check of Adebayo et al. 2018.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import ml_collections
@@ -83,6 +90,9 @@ class LoadedParams:
     params: dict  # the parameters as plain nested dicts (the train state's "params")
     steps: list[int]  # the checkpoint step(s) the parameters come from, oldest first
     requested: str  # the --checkpoint value the steps were resolved from
+    # Set when the parameters are not the checkpoint's but a fresh initialisation with
+    # this seed (`reinitialised`); `steps` still names the checkpoint that was read.
+    reinit_seed: int | None = None
 
 
 def checkpoint_dir(workdir: Path) -> Path:
@@ -141,9 +151,13 @@ def resolve_steps(manager, checkpoint: str | None, average_last: int = 0) -> lis
 
 
 def load_params(workdir: str | Path, checkpoint: str | None = None, average_last: int = 0,
-                *, cfg: ml_collections.ConfigDict | None = None, tokenizer=None) -> LoadedParams:
+                *, cfg: ml_collections.ConfigDict | None = None, tokenizer=None,
+                reinit_seed: int | None = None) -> LoadedParams:
     """Builds the run's model and restores the parameters of one checkpoint, or the
     element-wise mean of the last `average_last` ones (see `resolve_steps`).
+
+    reinit_seed: replace them by `reinitialised(..., reinit_seed)` (the checkpoint is still
+    read and checked); None = the seed of an enclosing `reinitialising` block, if any.
 
     Raises UserError: no checkpoint, a damaged one, or one that does not fit the
     model built from config.json and the tokenizer.
@@ -187,5 +201,56 @@ def load_params(workdir: str | Path, checkpoint: str | None = None, average_last
         trees.append(state["params"])
     params = trees[0] if len(trees) == 1 else ckpt.average_params(trees)
     model = nnx.merge(graphdef, params)
-    return LoadedParams(model, params, list(steps), checkpoint or ("last" if average_last
-                                                                   else "best"))
+    loaded = LoadedParams(model, params, list(steps), checkpoint or ("last" if average_last
+                                                                     else "best"))
+    seed = reinit_seed if reinit_seed is not None else _REINIT_SEED.get()
+    return loaded if seed is None else reinitialised(loaded, cfg, tokenizer, seed)
+
+
+# --------------------------------------------------------------- random parameters
+
+_REINIT_SEED: contextvars.ContextVar[int | None] = contextvars.ContextVar("reinit_seed",
+                                                                          default=None)
+
+
+def reinitialised(loaded: LoadedParams, cfg: ml_collections.ConfigDict, tokenizer,
+                  seed: int) -> LoadedParams:
+    """The same architecture as `loaded` with fresh random parameters: the run's model
+    (config.json's `cfg`, the tokenizer's vocabulary sizes, its plug-ins) initialised as
+    training initialises it, from `nnx.Rngs(seed)` in place of `train.seed` (so a seed
+    equal to the run's train.seed gives the run's own step-0 parameters).
+
+    Every leaf keeps the tree path, shape and dtype of `loaded.params`; `steps` and
+    `requested` stay (they name the checkpoint read), `reinit_seed` is set. The same seed
+    gives the same parameters.
+    """
+    import jax
+    from flax import nnx
+
+    from training.plugins import active_plugins
+    from training.step import build_model
+
+    seeded = ml_collections.ConfigDict(cfg.to_dict())
+    seeded.train.seed = int(seed)
+    fresh = nnx.state(build_model(seeded, tokenizer.source_vocab_size,
+                                  tokenizer.target_vocab_size, active_plugins(seeded)),
+                      nnx.Param).to_pure_dict()
+    if jax.tree.structure(fresh) != jax.tree.structure(loaded.params):
+        raise UserError(f"--reinit_seed: the model built from config.json has other "
+                        f"parameters than the checkpoint of steps {loaded.steps}")
+    params = jax.tree.map(lambda new, old: new.astype(old.dtype), fresh, loaded.params)
+    graphdef = nnx.graphdef(loaded.model)
+    return dataclasses.replace(loaded, model=nnx.merge(graphdef, params), params=params,
+                               reinit_seed=int(seed))
+
+
+@contextlib.contextmanager
+def reinitialising(seed: int | None) -> Iterator[None]:
+    """Within the block every `load_params` without its own `reinit_seed` returns
+    `reinitialised(..., seed)` (None: the checkpoint's parameters, as outside it): for a
+    command whose runs are loaded deep inside a library (`attention.align --reinit_seed`)."""
+    token = _REINIT_SEED.set(seed)
+    try:
+        yield
+    finally:
+        _REINIT_SEED.reset(token)
