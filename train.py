@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging as std_logging
-import math
 import sys
 import time
 from pathlib import Path
@@ -64,10 +63,10 @@ from configs import resolved
 from configs.resolved import CONFIG_JSON, load_config_json, write_config_json
 from configs.resume import check_resume_config
 from configs.validation import validate_config
-from data.batching import TrainBatcher, prefetch
+from data.batching import prefetch
 from data.cache import DataCache
 from data.corpora import load_corpus
-from data.packing import pack_batches
+from data.packing import make_batcher
 from data.sampling import SampledEpochs
 from data.streaming import training_source
 from data.tokenizer import tokenizer_fingerprint
@@ -163,9 +162,9 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     batcher = (SampledEpochs(source, tokenizer, cfg.data, batch_tokens=cfg.train.batch_tokens,
                              batch_multiple=mesh.size, seed=cfg.train.seed)
                if cfg.data.spm_sampling_alpha else
-               TrainBatcher(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.data.max_length,
-                            bucket_step=cfg.data.bucket_step, batch_multiple=mesh.size,
-                            seed=cfg.train.seed, fields=fields))
+               make_batcher(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.data.max_length,
+                            pack_length=cfg.data.pack_length, bucket_step=cfg.data.bucket_step,
+                            batch_multiple=mesh.size, seed=cfg.train.seed, fields=fields))
     graphdef, state = create_train_state(cfg, tokenizer.source_vocab_size,
                                          tokenizer.target_vocab_size, mesh, plugins)
     loop = LoopState()
@@ -202,9 +201,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     train_step = (slot.make_step if slot else make_train_step)(graphdef, cfg.train, plugins=plugins)
     eval_step = make_eval_step(graphdef, cfg.train.label_smoothing)
     stop = slot.stop if slot else StopRequest()
-    batches = prefetch(device_batches(pack_batches(batcher.iterate(loop.epoch, loop.batch_index),
-                                                   cfg.data.pack_length, math.lcm(8, mesh.size)),
-                                      mesh))
+    batches = prefetch(device_batches(batcher.iterate(loop.epoch, loop.batch_index), mesh))
     budget = f" (stops after {cfg.train.max_minutes:g} min)" if cfg.train.max_minutes else ""
     # Seeds trained together share one bar, the first seed's; each seed's lines name it.
     tag = f"seed {slot.seed}: " if slot else ""

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> dict:
     graphdef, state = create_train_state(cfg, vocab, vocab, mesh)
     batch = shard_batch(batches[0], mesh)
 
-    result = {"size": args.size, "layers": cfg.model.num_encoder_layers,
+    result = {"size": args.size or "config", "layers": cfg.model.num_encoder_layers,
               "shape": "x".join(map(str, (*batches[0]["src"].shape, batches[0]["tgt_out"].shape[1]))),
               "state_arrays": len(jax.tree.leaves(state)), "backend": jax.default_backend()}
     start = time.perf_counter()

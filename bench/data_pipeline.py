@@ -122,14 +122,12 @@ def launch(repo: Path, args: list[str], env: dict, workdir: Path, stop_after: in
 
 def pipeline_rates(cfg, batches: int = 300) -> dict[str, float]:
     """Batches/s of the cached data through the input pipeline alone, in this process:
-    `attnmt` is train.py's (TrainBatcher + packing when the config packs, in a prefetch
-    thread); `grain_threads` the same batches through grain's MapDataset with 2 reader
-    threads (when grain is installed: a candidate replacement)."""
-    import math
-
-    from data.batching import TrainBatcher, prefetch
+    `attnmt` is train.py's (`make_batcher`: padded buckets, or packed rows when the config
+    packs, in a prefetch thread); `grain_threads` the same batches through grain's
+    MapDataset with 2 reader threads (when grain is installed: a candidate replacement)."""
+    from data.batching import prefetch
     from data.cache import DataCache
-    from data.packing import pack_batch, pack_batches
+    from data.packing import make_batcher
     from data.streaming import training_source
 
     source = training_source(cfg.data)
@@ -139,9 +137,9 @@ def pipeline_rates(cfg, batches: int = 300) -> dict[str, float]:
         tokenizer = cache.tokenizer(Path(tmp) / "tokenizer", cfg.data, source, corpus)
         src, tgt, _ = cache.encoded(source, corpus, tokenizer, Path(tmp) / "tokenizer",
                                     cfg.data.max_length, cfg.data.long_pairs)
-    batcher = TrainBatcher(src, tgt, cfg.train.batch_tokens, cfg.data.max_length,
-                           bucket_step=cfg.data.bucket_step, seed=cfg.train.seed)
-    multiple = math.lcm(8, 1)
+    batcher = make_batcher(src, tgt, cfg.train.batch_tokens, cfg.data.max_length,
+                           pack_length=cfg.data.pack_length, bucket_step=cfg.data.bucket_step,
+                           seed=cfg.train.seed)
 
     def rate(iterator) -> float:
         next(iterator)  # thread start-up and the epoch plan are not the steady rate
@@ -150,17 +148,14 @@ def pipeline_rates(cfg, batches: int = 300) -> dict[str, float]:
             next(iterator)
         return round(batches / (time.perf_counter() - start), 1)
 
-    rates = {"attnmt": rate(prefetch(pack_batches(batcher.iterate(), cfg.data.pack_length,
-                                                  multiple)))}
+    rates = {"attnmt": rate(prefetch(batcher.iterate()))}
     try:
         import grain
     except ImportError:
         return rates
 
     def load(index: int) -> dict:
-        epoch, i = batcher.position(index)
-        batch = batcher.batch(epoch, i)
-        return pack_batch(batch, cfg.data.pack_length, multiple) if cfg.data.pack_length else batch
+        return batcher.batch(*batcher.position(index))
 
     dataset = grain.MapDataset.range(10 * batches).map(load)
     rates["grain_threads"] = rate(iter(dataset.to_iter_dataset(

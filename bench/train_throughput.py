@@ -2,7 +2,9 @@
 
     python bench/train_throughput.py --size tiny|base [--steps 20] [--warmup 3]
         [--batch_tokens 4096] [--synthetic] [--vocab_size 8000] [--dtype float32]
-        [--rdrop_alpha A] [--json OUT]
+        [--rdrop_alpha A] [--pack_length L] [--json OUT]
+    python bench/train_throughput.py --config configs/multi30k_de_en.py [--pack_length L]
+        [--all_shapes] [--json OUT]
 
 The model, optimizer and step are set up as train.py sets them up, by `training.step`
 (`create_train_state` on `make_mesh()`, `make_train_step`): the same jitted full step
@@ -14,28 +16,37 @@ per step. Model sizes:
 
 Everything else (dropout 0.2, label smoothing, pre-LN, tied embeddings, AdamW, clipping)
 is configs/multi30k_de_en_cpu.py; `--dtype bfloat16` sets model.dtype (parameters stay f32).
+`--config FILE` takes a recipe as it is instead (its model, vocabulary, buckets and
+batch_tokens; flags given change it, `--size` then applies its preset).
 
 Batches (host numpy, built before timing; `num_tokens` not used):
   * default: the project's own pipeline on Multi30k de->en: a SentencePiece model of
     `--vocab_size` trained once into `--cache_dir` (`data.tokenizer.load_or_train_tokenizer`),
-    `encode_for_training`, then `TrainBatcher` with its length buckets (epoch 0 order);
+    `encode_for_training`, then train.py's batcher (`data.packing.make_batcher`): padded
+    length buckets, or with `--pack_length L` every batch one packed shape (epoch 0 order);
   * `--synthetic`: the standard comparison batches (`synthetic_batches`): source and
     target lengths each round(N(16, 6)) clipped to [4, 40], ids uniform in [4, vocab),
     pairs added to a batch while n_sentences * max(longest source, longest target)
     <= batch_tokens, each side padded to its own batch maximum (no bucketing),
     numpy default_rng(0). Without buckets almost every batch has a new shape, so
     almost every batch compiles once (reported in `distinct_shapes` / `compile_s`).
+    With `--pack_length L` their pairs, in order, are packed as train.py packs
+    (`pack_in_order`: data/packing.py's rows and plan, without its shuffle).
 
 Timing:
-  1. first call per distinct batch shape (over the warm-up and measured batches),
-     each synced with `jax.block_until_ready`: `first_call_s` per shape;
+  1. first call per distinct batch shape (over the warm-up and measured batches; with
+     `--all_shapes`, one batch of every shape of the Multi30k epoch 0, i.e. every train
+     program a run compiles), each synced with `jax.block_until_ready`: `first_call_s`
+     per shape;
   2. `--warmup` steps, synced once at the end;
   3. `--steps` measured steps with `jax.block_until_ready` only after the last one:
      `step_time_s` = elapsed / steps.
   `compile_s` = sum over distinct shapes of (first-call time - step_time_s);
   `compile_s_jax_events` = JAX's own compile-time events during phase 1 (tracing,
   lowering, XLA compilation). `compilations_after_warmup` counts the train step's jit
-  cache entries added in phases 2-3 (0 means no recompilation).
+  cache entries added in phases 2-3 (0 means no recompilation). `epoch0` (Multi30k):
+  the batches of the whole first epoch, their target tokens per batch and the share of
+  positions holding tokens per side (`src_fill`, `tgt_fill`).
   No persistent compilation cache is enabled here (unless JAX_COMPILATION_CACHE_DIR is
   set in the environment: then `compilation_cache` names it and compile_s is load time).
 
@@ -59,7 +70,6 @@ peak is measured); `device_peak_mb` = the device allocator's peak where it repor
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import resource
 import sys
@@ -89,31 +99,112 @@ Batch = dict[str, np.ndarray]
 # --------------------------------------------------------------------------- batches
 
 
-def multi30k_batches(cfg, num_batches: int, cache_dir: Path, batch_multiple: int
-                     ) -> tuple[list[Batch], int, int]:
-    """The first `num_batches` batches of epoch 0 of the training pipeline (train.py's).
+def multi30k_batches(cfg, num_batches: int, cache_dir: Path, batch_multiple: int):
+    """The first `num_batches` batches of epoch 0 of the training pipeline (train.py's
+    `make_batcher`: padded buckets, or packed rows with `data.pack_length`).
 
-    Returns (batches, vocabulary size, number of bucket shapes the batcher can produce).
+    Returns (batches, vocabulary size, the batcher).
     """
-    from data.batching import TrainBatcher
     from data.corpora import load_corpus
+    from data.packing import make_batcher
     from data.tokenizer import encode_for_training, load_or_train_tokenizer
 
     sources, targets = load_corpus(cfg.data, "train")
     name = f"tokenizer-{cfg.data.source_lang}-{cfg.data.target_lang}-v{cfg.data.vocab_size}"
+    if cfg.data.spm_model_type != "unigram":  # the first tokenizers here were unigram ones
+        name += f"-{cfg.data.spm_model_type}"
     tokenizer = load_or_train_tokenizer(cache_dir / name, cfg.data, lambda: (sources, targets))
     src_ids, tgt_ids, _ = encode_for_training(tokenizer, sources, targets, cfg.data.max_length,
                                               cfg.data.long_pairs)
-    batcher = TrainBatcher(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.data.max_length,
-                           bucket_step=cfg.data.bucket_step, batch_multiple=batch_multiple,
-                           seed=cfg.train.seed)
+    batcher = make_batcher(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.data.max_length,
+                           pack_length=cfg.data.pack_length, bucket_step=cfg.data.bucket_step,
+                           batch_multiple=batch_multiple, seed=cfg.train.seed)
     batches = []
     for _, _, batch in batcher.iterate():
         batch.pop("num_tokens")
         batches.append(batch)
         if len(batches) == num_batches:
             break
-    return batches, tokenizer.target_vocab_size, len(batcher.shapes())
+    return batches, tokenizer.target_vocab_size, batcher
+
+
+def batching_ms(batcher, batches: int, epoch: int = 1) -> float:
+    """Host milliseconds per batch of `batcher` (train.py's input thread): its plan of a
+    not yet planned `epoch`, shared over that epoch's batches, plus making `batches` of
+    them."""
+    start = time.perf_counter()
+    count = batcher.epoch_length(epoch)
+    plan_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for index in range(min(batches, count)):
+        batcher.batch(epoch, index)
+    return (plan_s / count + (time.perf_counter() - start) / min(batches, count)) * 1e3
+
+
+def shape_batches(batcher) -> list[Batch]:
+    """One batch of every shape of `batcher`'s epoch 0 (its first of that shape): what a
+    run compiles the train step for."""
+    from data.batching import TrainBatcher
+
+    indices = [0]
+    if isinstance(batcher, TrainBatcher):  # padded: the first batch of each bucket
+        first: dict[int, int] = {}
+        for index, (length, _) in enumerate(batcher.epoch_plan(0)):
+            first.setdefault(length, index)
+        indices = sorted(first.values())
+    batches = [batcher.batch(0, i) for i in indices]
+    for batch in batches:
+        batch.pop("num_tokens")
+    return batches
+
+
+def epoch_stats(batcher, epoch: int = 0) -> dict:
+    """Batches of `epoch`, their mean target tokens (what one update learns from) and the
+    share of positions that hold tokens, per side, over the whole epoch."""
+    from data.batching import TrainBatcher
+
+    count = batcher.epoch_length(epoch)
+    src_len = batcher.source_ids.lengths
+    tgt_len = batcher.target_ids.lengths + 1  # [bos] + ids in, ids + [eos] out
+    if isinstance(batcher, TrainBatcher):
+        plan = batcher.epoch_plan(epoch)
+        positions = sum(batcher.batch_sizes[length] * length for length, _ in plan)
+        pairs = np.concatenate([rows for _, rows in plan])
+    else:
+        positions = count * batcher.rows * batcher.length
+        pairs = np.concatenate([p[:, 0] for p in batcher.epoch_plan(epoch)])
+    src, tgt = int(src_len[pairs].sum()), int(tgt_len[pairs].sum())
+    return {"batches": count, "tgt_tokens_per_batch": tgt / count,
+            "src_tokens_per_batch": src / count, "src_fill": src / positions,
+            "tgt_fill": tgt / positions, "shapes": [list(s) for s in batcher.shapes()]}
+
+
+def pack_in_order(batches: list[Batch], batch_tokens: int, pack_length: int,
+                  batch_multiple: int) -> list[Batch]:
+    """The pairs of padded synthetic `batches`, in their order, packed as train.py packs
+    (`PackedBatcher`'s rows and `plan_rows`, not its shuffle); every packed batch but the
+    last, partial one. A pair keeps its positions: target ids t_1..t_T become
+    [bos] t_1..t_{T-1} in and t_1..t_{T-1} [eos] out (the synthetic tgt_in; tgt_out's last
+    id is eos), so the FLOP count is the padded batches'."""
+    from data.packing import PackedBatcher, packed_batch, plan_rows
+
+    sources, targets = [], []
+    for batch in batches:
+        for src, tgt_out, tgt_in in zip(batch["src"], batch["tgt_out"], batch["tgt_in"],
+                                        strict=True):
+            n = int(np.count_nonzero(tgt_out))
+            if n:
+                sources.append(src[src != 0])
+                targets.append(tgt_in[1:n])
+    batcher = PackedBatcher(sources, targets, batch_tokens, pack_length,
+                            batch_multiple=batch_multiple)
+    plan = plan_rows(batcher.src_lengths, batcher.tgt_lengths, np.arange(len(sources)),
+                     batcher.rows, batcher.length)
+    packed = [packed_batch(batcher.source_ids, batcher.target_ids, p, batcher.rows,
+                           batcher.length) for p in plan[:-1]]
+    for batch in packed:
+        batch.pop("num_tokens")
+    return packed
 
 
 # ------------------------------------------------------------------------------ run
@@ -153,11 +244,20 @@ def xla_flops_check(train_step, state, batch: Batch, counter: FlopCounter, mesh)
 
 
 def make_config(args: argparse.Namespace):
-    """configs/multi30k_de_en_cpu.py with the model size, vocabulary, budget and dtype set."""
+    """configs/multi30k_de_en_cpu.py (or `--config`'s recipe) with the model size,
+    vocabulary, budget, packing and dtype set."""
+    import importlib.util
+
     from configs import multi30k_de_en_cpu
 
-    cfg = multi30k_de_en_cpu.get_config()
-    for key, value in SIZES[args.size].items():
+    if args.config:
+        spec = importlib.util.spec_from_file_location("bench_recipe", args.config)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        cfg = module.get_config()
+    else:
+        cfg = multi30k_de_en_cpu.get_config()
+    for key, value in SIZES[args.size].items() if args.size else ():
         cfg.model[key] = value
     for key in ("d_model", "num_heads", "d_ff"):
         if getattr(args, key) is not None:
@@ -168,8 +268,12 @@ def make_config(args: argparse.Namespace):
         if getattr(args, key, None):
             cfg.model[key] = getattr(args, key)
     cfg.model.dtype = args.dtype
-    cfg.data.vocab_size = args.vocab_size
-    cfg.train.batch_tokens = args.batch_tokens
+    if args.vocab_size is not None:
+        cfg.data.vocab_size = args.vocab_size
+    if args.batch_tokens is not None:
+        cfg.train.batch_tokens = args.batch_tokens
+    if args.pack_length is not None:
+        cfg.data.pack_length = args.pack_length
     cfg.train.rdrop_alpha = args.rdrop_alpha
     return cfg
 
@@ -183,8 +287,8 @@ def run(args: argparse.Namespace) -> dict:
     import jax
     from flax import nnx
 
+    from common.errors import UserError
     from data.batching import padding_fraction
-    from data.packing import pack_batch
     from training.compilation import CompileTimer
     from training.distributed import make_mesh, shard_batch
     from training.step import create_train_state, make_train_step
@@ -192,19 +296,31 @@ def run(args: argparse.Namespace) -> dict:
     cfg = make_config(args)
     mesh = make_mesh()
     total = args.warmup + args.steps
-    possible_shapes = None
+    batch_tokens, pack_length = cfg.train.batch_tokens, cfg.data.pack_length
+    possible_shapes, epoch0, compile_batches = None, None, []
     if args.synthetic:
-        batches = synthetic_batches(total, args.batch_tokens, args.vocab_size,
+        vocab = cfg.data.vocab_size
+        # Packed rows hold about twice the pairs of these half-padding batches.
+        batches = synthetic_batches(3 * total if pack_length else total, batch_tokens, vocab,
                                     batch_multiple=mesh.size)
-        vocab = args.vocab_size
+        unpacked_padding = padding_fraction(batches[args.warmup:total])
+        pack_start = time.perf_counter()  # train.py packs in its input thread
+        if pack_length:
+            batches = pack_in_order(batches, batch_tokens, pack_length, mesh.size)[:total]
+        pack_ms = (time.perf_counter() - pack_start) / len(batches) * 1e3
     else:
-        batches, vocab, possible_shapes = multi30k_batches(cfg, total, args.cache_dir, mesh.size)
-    unpacked_padding = padding_fraction(batches[args.warmup:])
-    pack_length = cfg.data.pack_length if args.pack_length is None else args.pack_length
-    pack_start = time.perf_counter()
-    if pack_length:  # train.py does this in its input thread, off the step
-        batches = [pack_batch(b, pack_length, math.lcm(8, mesh.size)) for b in batches]
-    pack_ms = (time.perf_counter() - pack_start) / len(batches) * 1e3
+        batches, vocab, batcher = multi30k_batches(cfg, total, args.cache_dir, mesh.size)
+        possible_shapes, epoch0 = len(batcher.shapes()), epoch_stats(batcher)
+        pack_ms = batching_ms(batcher, total)
+        compile_batches = shape_batches(batcher) if args.all_shapes else []
+        unpacked_padding = padding_fraction(batches[args.warmup:])
+        if pack_length:  # the same recipe's padded batches, for their padding
+            padded = cfg.copy_and_resolve_references()
+            padded.data.pack_length = 0
+            unpacked_padding = padding_fraction(
+                multi30k_batches(padded, total, args.cache_dir, mesh.size)[0][args.warmup:])
+    if len(batches) < total:
+        raise UserError(f"{len(batches)} batches, fewer than --warmup + --steps = {total}")
     warm, measured = batches[:args.warmup], batches[args.warmup:]
 
     graphdef, state = create_train_state(cfg, vocab, vocab, mesh)
@@ -215,7 +331,7 @@ def run(args: argparse.Namespace) -> dict:
     # 1. First call per distinct shape (compilation), each synced.
     first_call: dict[tuple[int, ...], float] = {}
     with CompileTimer() as compile_timer:
-        for batch in batches:
+        for batch in compile_batches + batches:
             shape = shape_of(batch)
             if shape in first_call:
                 continue
@@ -252,14 +368,15 @@ def run(args: argparse.Namespace) -> dict:
     src_tokens = sum(int(np.count_nonzero(b["src"])) for b in measured)
     model_gflops_per_sec = model_flops / elapsed / 1e9
     return {
-        "size": args.size,
+        "size": args.size or "config",
         "synthetic": args.synthetic,
         "model": {k: cfg.model[k] for k in ("d_model", "num_encoder_layers",
                                             "num_decoder_layers", "num_heads", "d_ff",
                                             "dropout", "dtype", "share_embeddings",
                                             "attention_impl", "embedding_grad")},
         "vocab_size": vocab,
-        "batch_tokens": args.batch_tokens,
+        "config": str(args.config) if args.config else None,
+        "batch_tokens": batch_tokens,
         "rdrop_alpha": args.rdrop_alpha,
         "steps": len(measured),
         "warmup": args.warmup,
@@ -284,6 +401,9 @@ def run(args: argparse.Namespace) -> dict:
         "first_call_s": {"x".join(map(str, k)): v for k, v in first_call.items()},
         "distinct_shapes": len(first_call),
         "possible_bucket_shapes": possible_shapes,
+        "all_shapes": bool(args.all_shapes and not args.synthetic),
+        "train_programs": train_step._cache_size(),
+        "epoch0": epoch0,
         "compilations_after_warmup": recompiled,
         "padding_fraction": padding_fraction(measured),
         "padding_fraction_unpacked": unpacked_padding,
@@ -312,7 +432,8 @@ def print_table(result: dict) -> None:
         ("model", f"{result['size']} ({result['model']['d_model']}d, "
                   f"{result['model']['num_encoder_layers']}+{result['model']['num_decoder_layers']}"
                   f" layers, {result['model']['dtype']})"),
-        ("batches", "synthetic" if result["synthetic"] else "Multi30k de-en (TrainBatcher)"),
+        ("batches", ("synthetic" if result["synthetic"] else "Multi30k")
+         + (f", packed into rows of {result['pack_length']}" if result["pack_length"] else "")),
         ("device", f"{result['device']} x{result['device_count']}"),
         ("params / matmul params", f"{result['params']:,} / {result['matmul_params']:,}"),
         ("target tokens/s (non-pad)", fmt(result["tokens_per_sec"], ",.0f")),
@@ -337,14 +458,20 @@ def print_table(result: dict) -> None:
 
 def parse_args(argv: list[str] | None = None, description: str | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
-    parser.add_argument("--size", choices=sorted(SIZES), required=True)
+    parser.add_argument("--size", choices=sorted(SIZES),
+                        help="model preset (required without --config)")
+    parser.add_argument("--config", type=Path, help="a recipe to take as it is (configs/*.py) "
+                        "instead of the CPU recipe with a --size preset")
+    parser.add_argument("--all_shapes", action="store_true",
+                        help="compile one Multi30k batch of every shape of epoch 0 first: "
+                        "every train program a run compiles")
     parser.add_argument("--steps", type=int, default=20, help="measured steps [20]")
     parser.add_argument("--warmup", type=int, default=3,
                         help="steps after the first calls, before measuring [3]")
-    parser.add_argument("--batch_tokens", type=int, default=4096, help="[4096]")
+    parser.add_argument("--batch_tokens", type=int, help="[4096, or the --config's]")
     parser.add_argument("--synthetic", action="store_true",
                         help="standard comparison batches instead of Multi30k")
-    parser.add_argument("--vocab_size", type=int, default=8000, help="[8000]")
+    parser.add_argument("--vocab_size", type=int, help="[8000, or the --config's]")
     parser.add_argument("--pack_length", type=int, default=None,
                         help="pack pairs into rows this long, 0 = off [the config's data.pack_length]")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
@@ -371,6 +498,11 @@ def parse_args(argv: list[str] | None = None, description: str | None = None) ->
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be >= 1 and --warmup >= 0")
+    if args.config is None:
+        if args.size is None:
+            parser.error("give --size or --config")
+        args.batch_tokens = args.batch_tokens or 4096
+        args.vocab_size = args.vocab_size or 8000
     return args
 
 

@@ -25,6 +25,9 @@ numpy.random.default_rng([seed, e]): shuffle within each bucket, cut into
 batches, shuffle the batches. The number of batches per epoch is fixed, so a
 global step maps to a position (epoch, index) and a resumed run gets exactly
 the batches an uninterrupted one would have.
+
+`EpochBatches` is what the training loop reads of a batcher (`iterate`, `position`);
+data/packing.py's `PackedBatcher` is the other one: every batch one packed shape.
 """
 
 import math
@@ -120,7 +123,41 @@ def make_batch(source_ids: Sequence[Sequence[int]], target_ids: Sequence[Sequenc
     return batch
 
 
-class TrainBatcher:
+class EpochBatches:
+    """Training batches by (epoch, index), deterministic from the seed and the epoch, so a
+    run resumed at a position gets exactly the batches an uninterrupted one would have.
+    Subclasses give `epoch_length`, `batch` and `shapes`."""
+
+    def epoch_length(self, epoch: int) -> int:
+        """Number of batches of `epoch`."""
+        raise NotImplementedError
+
+    def batch(self, epoch: int, index: int) -> Batch:
+        """Batch number `index` (0-based) of epoch `epoch`."""
+        raise NotImplementedError
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """The (rows, length) batch shapes this batcher can produce."""
+        raise NotImplementedError
+
+    def position(self, step: int) -> tuple[int, int]:
+        """(epoch, index) of the batch used at 0-based global `step`."""
+        epoch = 0
+        while step >= (length := self.epoch_length(epoch)):
+            step, epoch = step - length, epoch + 1
+        return epoch, step
+
+    def iterate(self, start_epoch: int = 0, start_index: int = 0) -> Iterator[tuple[int, int, Batch]]:
+        """Yields (epoch, index, batch) forever, from batch `start_index` of `start_epoch`
+        (an index past the epoch's end starts the next epoch)."""
+        epoch, index = start_epoch, start_index
+        while True:
+            for i in range(index, self.epoch_length(epoch)):
+                yield epoch, i, self.batch(epoch, i)
+            epoch, index = epoch + 1, 0
+
+
+class TrainBatcher(EpochBatches):
     """Bucketed, shuffled, resumable training batches.
 
     Attributes:
@@ -213,17 +250,13 @@ class TrainBatcher:
             batch[name] = field(rows, self.batch_sizes[length], length)
         return batch
 
+    def epoch_length(self, epoch: int) -> int:
+        """Batches per epoch: `num_batches`, whatever the epoch."""
+        return self.num_batches
+
     def position(self, step: int) -> tuple[int, int]:
         """(epoch, index) of the batch used at 0-based global `step`."""
         return divmod(step, self.num_batches)
-
-    def iterate(self, start_epoch: int = 0, start_index: int = 0) -> Iterator[tuple[int, int, Batch]]:
-        """Yields (epoch, index, batch) forever, from batch `start_index` of `start_epoch`."""
-        epoch, index = start_epoch, start_index
-        while True:
-            for i in range(index, self.num_batches):
-                yield epoch, i, self.batch(epoch, i)
-            epoch, index = epoch + 1, 0
 
 
 def eval_batches(source_ids: Sequence[Sequence[int]],

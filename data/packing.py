@@ -1,105 +1,238 @@
-"""Sequence packing: the pairs of a padded training batch, several to a row.
+"""Sequence packing: training batches of one shape [R, L] for the whole run.
 
-A batch from data/batching.py pads every pair to the batch's longest sentence; with
-short sentences a third to a half of the positions the model computes are padding.
-Packing puts several pairs in one row of `length` positions, on the source and the
-target side alike (pair k of a row occupies segment k + 1 on both sides), so the same
-pairs, hence the same loss and gradient, cost fewer positions:
+With padded length buckets (data/batching.py's `TrainBatcher`) a run meets one batch
+shape per bucket, and jit compiles the train step once for each; a third of the
+positions the model computes are padding. `PackedBatcher` instead places several pairs
+in each row of L positions, on the source and the target side alike (pair k of a row
+occupies segment k + 1 on both sides), in batches of R rows:
 
-  src, tgt_in, tgt_out            int32 [R, L]  ids, 0 after the last segment
+  src, tgt_in, tgt_out            int32 [R, L]  ids, 0 after the row's last segment
   src_segments, tgt_segments      int32 [R, L]  1, 2, ... per pair in the row; 0 = padding
   src_positions, tgt_positions    int32 [R, L]  position within the pair's own sentence
+  num_tokens                      int           non-pad tokens of tgt_out
 
-The model then lets a position attend only within its own segment (encoder, decoder)
-or to its own pair's source (cross-attention), and embeds positions per sentence:
-every pair sees exactly what it would see alone in a padded batch.
+The model lets a position attend only within its own segment (encoder, decoder) or to
+its own pair's source (cross-attention), and embeds positions per sentence: every pair
+sees exactly what it would see alone in a padded batch, so its loss is the same.
 
-Pairs are placed first-fit in decreasing order of length (2-D: a row must have room
-on both sides). L = max(`length`, longest sentence rounded up to 8) and R comes from
-`packed_rows` (all-pad rows fill up), so few distinct shapes reach jit: five over
-three epochs of Multi30k with the CPU recipe. Pure NumPy; runs in the input
-pipeline's thread.
+Shape: L = max(`pack_length`, the longest pair rounded up to 8), computed once from the
+corpus, so no pair is dropped or cut; R = the rows `batch_tokens` positions make
+(batch_tokens // L, rounded down to a multiple of the device count). A batch's last
+rows may be all-pad (zero tokens, no loss weight).
+
+Epoch e: the pairs in an order drawn from numpy.random.default_rng([seed, e]), laid
+first-fit into the rows of the batch being filled (a row must have room on both
+sides). A pair that fits in no row is put aside and the next ones are tried, until
+`LOOKAHEAD` + 1 pairs have been put aside; the batch then closes and the pairs put
+aside, in their order, start the next one. The number of batches differs from epoch
+to epoch; `EpochBatches.iterate` / `position` (data/batching.py) follow each epoch's own
+count, so a resumed run gets exactly the batches an uninterrupted one would have.
+Pure NumPy; runs in train.py's input thread (planning an epoch of Multi30k's 29,000
+pairs takes about a second).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from data.batching import Batch, round_up
-from data.tokenizer import PAD_ID
+from common.errors import UserError
+from data.batching import (
+    Batch,
+    EpochBatches,
+    TokenArray,
+    TrainBatcher,
+    as_token_array,
+    round_up,
+)
+from data.tokenizer import BOS_ID, EOS_ID
 
 PACKED_KEYS = ("src", "tgt_in", "tgt_out", "src_segments", "tgt_segments", "src_positions",
                "tgt_positions")
+# Pairs a batch may put aside before it closes (beyond the first): measured on Multi30k
+# (bench/README.md, "One packed shape"), 8 raises the tiny recipe's fill at L = 64 from
+# 0.88 to 0.95 of the positions; more adds little.
+LOOKAHEAD = 8
 
 
-def packed_rows(needed: int, nominal: int, multiple: int) -> int:
-    """R for `needed` rows: a multiple of `multiple`, at least half of `nominal` (the rows
-    the padded batch's positions would fill, so the short last batches of the length
-    buckets share one shape), and above `nominal` a multiple of half of it (pairs too
-    long to share a row are rare; they should not bring a shape each)."""
-    half = round_up(max(nominal // 2, 1), multiple)
-    rows = max(round_up(max(needed, 1), multiple), half)
-    return rows if rows <= nominal else round_up(rows, half)
-
-
-def pack_batch(batch: Batch, length: int, rows_multiple: int = 8) -> Batch:
-    """Packs the pairs of a padded batch (data/batching.py layout) into rows.
+def plan_rows(src_lengths: np.ndarray, tgt_lengths: np.ndarray, order: np.ndarray,
+              rows: int, length: int, lookahead: int = LOOKAHEAD) -> list[np.ndarray]:
+    """Lays pairs, in `order`, into batches of `rows` rows of `length` positions per side.
 
     Args:
-      batch: {"src": [B, S], "tgt_in": [B, T], "tgt_out": [B, T], ...}, right-padded with
-        0; all-pad rows are dropped. Other keys (e.g. "num_tokens") are copied.
-      length: row length L (positions per side); raised to hold the longest sentence.
-      rows_multiple: R is rounded up to a multiple of this (and of the device count).
+      src_lengths, tgt_lengths: int [N], positions each pair takes on each side (the
+        source with eos; the target + 1, for bos / eos); each at most `length`.
+      order: int [M], the pairs to lay, in the order they are offered.
+      rows, length: R and L of every batch.
+      lookahead: pairs a batch may put aside (module docstring) beyond the first.
     Returns:
-      The packed batch (module docstring), with the same non-pad tokens.
+      One int64 array [n, 4] per batch: (pair, row, source offset, target offset) of its
+      n pairs in placement order. Every pair of `order` is in exactly one batch.
     """
-    src, tgt_in, tgt_out = batch["src"], batch["tgt_in"], batch["tgt_out"]
-    src_len = np.count_nonzero(src != PAD_ID, axis=1)
-    tgt_len = np.count_nonzero(tgt_out != PAD_ID, axis=1)
-    pairs = np.flatnonzero((src_len > 0) | (tgt_len > 0))
-    longest = int(max(src_len.max(initial=1), tgt_len.max(initial=1)))
-    row_length = max(length, round_up(longest, 8))
-
-    # First-fit decreasing: rows[r] = [used source positions, used target positions].
-    order = pairs[np.argsort(-np.maximum(src_len[pairs], tgt_len[pairs]), kind="stable")]
-    used: list[list[int]] = []
-    placement: list[tuple[int, int, int, int]] = []  # (pair, row, src offset, tgt offset)
-    for i in order:
-        s, t = int(src_len[i]), int(tgt_len[i])
-        r = next((r for r, (us, ut) in enumerate(used)
-                  if us + s <= row_length and ut + t <= row_length), len(used))
-        if r == len(used):
-            used.append([0, 0])
-        placement.append((int(i), r, used[r][0], used[r][1]))
-        used[r][0] += s
-        used[r][1] += t
-
-    rows = packed_rows(len(used), nominal=src.size // row_length, multiple=rows_multiple)
-    out = {key: np.zeros((rows, row_length), np.int32) for key in PACKED_KEYS}
-    next_segment = np.zeros(rows, np.int32)
-    for i, r, so, to in sorted(placement, key=lambda p: (p[1], p[2])):
-        next_segment[r] += 1
-        segment = next_segment[r]
-        s, t = int(src_len[i]), int(tgt_len[i])
-        out["src"][r, so:so + s] = src[i, :s]
-        out["src_segments"][r, so:so + s] = segment
-        out["src_positions"][r, so:so + s] = np.arange(s)
-        out["tgt_in"][r, to:to + t] = tgt_in[i, :t]
-        out["tgt_out"][r, to:to + t] = tgt_out[i, :t]
-        out["tgt_segments"][r, to:to + t] = segment
-        out["tgt_positions"][r, to:to + t] = np.arange(t)
-    for key, value in batch.items():
-        if key not in ("src", "tgt_in", "tgt_out"):
-            out[key] = value
-    return out
+    batches: list[np.ndarray] = []
+    aside: list[int] = []  # pairs the previous batch put aside, offered first
+    next_pair = 0
+    while aside or next_pair < len(order):
+        used_src = np.zeros(rows, np.int64)
+        used_tgt = np.zeros(rows, np.int64)
+        placed: list[tuple[int, int, int, int]] = []
+        offered, aside = aside, []
+        k = 0
+        while len(aside) <= lookahead:
+            if k < len(offered):
+                pair = offered[k]
+            elif next_pair < len(order):
+                pair = int(order[next_pair])
+                next_pair += 1
+            else:
+                break
+            k += 1
+            s, t = int(src_lengths[pair]), int(tgt_lengths[pair])
+            free = np.flatnonzero((used_src <= length - s) & (used_tgt <= length - t))
+            if len(free) == 0:
+                aside.append(pair)
+                continue
+            row = int(free[0])
+            placed.append((pair, row, int(used_src[row]), int(used_tgt[row])))
+            used_src[row] += s
+            used_tgt[row] += t
+        aside.extend(offered[k:])  # offered but not reached: still first in line
+        batches.append(np.array(placed, np.int64).reshape(-1, 4))
+    return batches
 
 
-def pack_batches(batches: Iterable[tuple[int, int, Batch]], length: int,
-                 rows_multiple: int) -> Iterator[tuple[int, int, Batch]]:
-    """(epoch, index, batch) with each batch's pairs packed into rows of `length`
-    (`pack_batch`); unchanged when `length` is 0. train.py runs it in the prefetch thread,
-    off the training step."""
-    for epoch, index, batch in batches:
-        yield epoch, index, (pack_batch(batch, length, rows_multiple) if length else batch)
+def _spans(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start + i, i) for i in range(length), for each (start, length), concatenated."""
+    ends = np.cumsum(lengths)
+    within = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths, lengths)
+    return np.repeat(starts, lengths) + within, within
+
+
+def packed_batch(source_ids: TokenArray, target_ids: TokenArray, placement: np.ndarray,
+                 rows: int, length: int) -> Batch:
+    """The packed batch (module docstring) of one `plan_rows` batch.
+
+    Args:
+      source_ids: source ids with eos; target_ids: target ids without specials.
+      placement: int [n, 4] (pair, row, source offset, target offset), pairs in each row
+        in increasing offset order (as `plan_rows` gives them).
+      rows, length: R and L.
+    Returns:
+      {key: int32 [R, L] for PACKED_KEYS, "num_tokens": int}.
+    """
+    out = {key: np.zeros((rows, length), np.int32) for key in PACKED_KEYS}
+    flat = {key: value.reshape(-1) for key, value in out.items()}
+    pairs, row, src_at, tgt_at = placement.T
+    # Segment k + 1 for the k-th pair of its row: placements come in offset order per row.
+    by_row = np.argsort(row, kind="stable")
+    sorted_rows = row[by_row]
+    group_start = np.flatnonzero(np.r_[True, sorted_rows[1:] != sorted_rows[:-1]])
+    rank = np.arange(len(row)) - np.repeat(group_start, np.diff(np.r_[group_start, len(row)]))
+    segment = np.empty(len(row), np.int32)
+    segment[by_row] = rank + 1
+    src_len = source_ids.lengths[pairs]
+    tgt_len = target_ids.lengths[pairs]
+
+    where, within = _spans(row * length + src_at, src_len)
+    flat["src"][where] = source_ids.ids[_spans(source_ids.offsets[pairs], src_len)[0]]
+    flat["src_segments"][where] = np.repeat(segment, src_len)
+    flat["src_positions"][where] = within
+    # Each target takes its tokens + 1 positions: [bos] + ids in, ids + [eos] out.
+    where, within = _spans(row * length + tgt_at, tgt_len + 1)
+    flat["tgt_segments"][where] = np.repeat(segment, tgt_len + 1)
+    flat["tgt_positions"][where] = within
+    ids = target_ids.ids[_spans(target_ids.offsets[pairs], tgt_len)[0]]
+    first = row * length + tgt_at
+    flat["tgt_in"][first] = BOS_ID
+    flat["tgt_in"][_spans(first + 1, tgt_len)[0]] = ids
+    flat["tgt_out"][_spans(first, tgt_len)[0]] = ids
+    flat["tgt_out"][first + tgt_len] = EOS_ID
+    return {**out, "num_tokens": int(np.sum(tgt_len + 1))}
+
+
+class PackedBatcher(EpochBatches):
+    """Packed, shuffled, resumable training batches of one shape (module docstring).
+
+    Attributes:
+      rows, length: R and L of every batch.
+      num_pairs: pairs per epoch.
+    """
+
+    def __init__(self, source_ids: TokenArray | Sequence[Sequence[int]],
+                 target_ids: TokenArray | Sequence[Sequence[int]], batch_tokens: int,
+                 pack_length: int, *, batch_multiple: int = 1, seed: int = 0):
+        """Measures the corpus once; each epoch's plan is made when first asked for.
+
+        Args:
+          source_ids, target_ids: parallel tokenized pairs as for `TrainBatcher` (sources
+            with eos, targets without specials), TokenArrays or lists of id lists.
+          batch_tokens: positions per side of a batch, R * L <= batch_tokens.
+          pack_length: the least row length L.
+          batch_multiple: R is a multiple of this (the number of data-parallel devices).
+          seed: shuffling seed.
+        Raises:
+          UserError: empty input, or a budget too small for `batch_multiple` rows of L.
+        """
+        if len(source_ids) != len(target_ids) or not len(source_ids):
+            raise UserError(f"batching needs equal, non-zero numbers of sources and targets "
+                            f"(got {len(source_ids)} and {len(target_ids)})")
+        self.source_ids, self.target_ids = as_token_array(source_ids), as_token_array(target_ids)
+        self.seed, self.num_pairs = seed, len(self.source_ids)
+        self.src_lengths = self.source_ids.lengths
+        self.tgt_lengths = self.target_ids.lengths + 1  # [bos] + ids, ids + [eos]
+        longest = int(max(self.src_lengths.max(), self.tgt_lengths.max()))
+        self.length = max(pack_length, round_up(longest, 8))
+        self.rows = batch_tokens // self.length // batch_multiple * batch_multiple
+        if self.rows == 0:
+            raise UserError(f"train.batch_tokens={batch_tokens} cannot hold {batch_multiple} "
+                            f"packed row(s) of {self.length} tokens; raise it to at least "
+                            f"{batch_multiple * self.length}")
+        self._plan_cache: tuple[int, list[np.ndarray]] | None = None
+        self._lengths: dict[int, int] = {}
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """[(R, L)]: the one shape of every batch."""
+        return [(self.rows, self.length)]
+
+    def epoch_plan(self, epoch: int) -> list[np.ndarray]:
+        """The batches of `epoch`: `plan_rows` placements, in order."""
+        if self._plan_cache is not None and self._plan_cache[0] == epoch:
+            return self._plan_cache[1]
+        order = np.random.default_rng([self.seed, epoch]).permutation(self.num_pairs)
+        plan = plan_rows(self.src_lengths, self.tgt_lengths, order, self.rows, self.length)
+        self._plan_cache = (epoch, plan)
+        self._lengths[epoch] = len(plan)
+        return plan
+
+    def epoch_length(self, epoch: int) -> int:
+        """Batches of `epoch` (it differs between epochs)."""
+        if epoch not in self._lengths:
+            self.epoch_plan(epoch)
+        return self._lengths[epoch]
+
+    def batch(self, epoch: int, index: int) -> Batch:
+        """Batch number `index` (0-based) of epoch `epoch`."""
+        return packed_batch(self.source_ids, self.target_ids, self.epoch_plan(epoch)[index],
+                            self.rows, self.length)
+
+
+def make_batcher(source_ids: TokenArray | Sequence[Sequence[int]],
+                 target_ids: TokenArray | Sequence[Sequence[int]], batch_tokens: int,
+                 max_length: int, *, pack_length: int = 0, bucket_step: int = 8,
+                 batch_multiple: int = 1, seed: int = 0,
+                 fields: Mapping[str, Callable] | None = None) -> EpochBatches:
+    """The training batcher of a run: `PackedBatcher` when `pack_length` > 0, else the
+    padded buckets of `TrainBatcher` (arguments as theirs). A plug-in's per-pair fields
+    (training/plugins.py) need one pair per row: with packing they are a ValueError (a
+    plug-in refuses data.pack_length in its config check, before any work)."""
+    if not pack_length:
+        return TrainBatcher(source_ids, target_ids, batch_tokens, max_length,
+                            bucket_step=bucket_step, batch_multiple=batch_multiple, seed=seed,
+                            fields=fields)
+    if fields:
+        raise ValueError(f"data.pack_length={pack_length} puts several pairs in a row; the "
+                        f"per-pair batch field(s) {', '.join(sorted(fields))} need "
+                        "data.pack_length=0")
+    return PackedBatcher(source_ids, target_ids, batch_tokens, pack_length,
+                         batch_multiple=batch_multiple, seed=seed)

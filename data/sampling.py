@@ -7,11 +7,11 @@ sentence's segmentation drawn from its `data.spm_nbest_size` best with probabili
 proportional to P^alpha; for a BPE model BPE-dropout (Provilkov et al. 2020), each merge
 skipped with probability alpha. The draws are numpy's, because SentencePiece's own
 sampling salts its generator per process and could not be replayed on resume. Then the
-epoch is batched like any other
-(data/batching.py's `TrainBatcher`, order from (train.seed, e)). The draw of chunk c of
-epoch e is seeded from (train.seed, e, c), so a run killed anywhere and resumed gets the
-same segmentations and batches as an uninterrupted one. Evaluation, decoding and
-alignment keep the best (deterministic) segmentation.
+epoch is batched like any other (data/packing.py's `make_batcher`: padded buckets or
+packed rows, order from (train.seed, e)). The draw of chunk c of epoch e is seeded from
+(train.seed, e, c), so a run killed anywhere and resumed gets the same segmentations and
+batches as an uninterrupted one. Evaluation, decoding and alignment keep the best
+(deterministic) segmentation.
 
 Cost (bench/subword_sampling.py; Multi30k, 29,000 pairs, unigram 6,000, 2-core CPU): one
 n-best encoding pass per epoch, 5.6 s at l = 8, 9.4 s at l = 16, 40 s at l = 64, done by
@@ -37,7 +37,8 @@ from collections.abc import Iterator
 import ml_collections
 import numpy as np
 
-from data.batching import Batch, TrainBatcher
+from data.batching import Batch, EpochBatches
+from data.packing import make_batcher
 from data.streaming import TrainingSource
 from data.subword_draws import Sampling
 from data.tokenizer import Tokenizer, encode_for_training
@@ -53,7 +54,7 @@ def chunk_seed(seed: int, epoch: int, chunk: int) -> int:
 class SampledEpochs:
     """Training batches whose segmentation is drawn afresh each epoch (module docstring).
 
-    Yields what `TrainBatcher.iterate` yields; the number of batches differs between
+    Yields what `EpochBatches.iterate` yields; the number of batches differs between
     epochs, so a run resumes from the (epoch, index) its iterator last gave, not from
     the step count.
     """
@@ -80,10 +81,13 @@ class SampledEpochs:
             dropped += n
         return sources, targets, dropped
 
-    def batcher(self, epoch: int) -> TrainBatcher:
-        """The batcher of `epoch`'s segmentation; its `epoch_plan(epoch)` is that epoch."""
+    def batcher(self, epoch: int) -> EpochBatches:
+        """The batcher of `epoch`'s segmentation (padded buckets, or packed rows with
+        `data.pack_length`: their length is that epoch's longest pair's, so an epoch with a
+        longer one brings a second shape); its `epoch_plan(epoch)` is that epoch."""
         sources, targets, _ = self.encode_epoch(epoch)
-        return TrainBatcher(sources, targets, self.batch_tokens, self.cfg_data.max_length,
+        return make_batcher(sources, targets, self.batch_tokens, self.cfg_data.max_length,
+                            pack_length=self.cfg_data.pack_length,
                             bucket_step=self.cfg_data.bucket_step,
                             batch_multiple=self.batch_multiple, seed=self.seed)
 
@@ -98,7 +102,7 @@ class SampledEpochs:
             while True:
                 batcher = upcoming.result()
                 upcoming = pool.submit(self.batcher, epoch + 1)
-                for i in range(index, batcher.num_batches):
+                for i in range(index, batcher.epoch_length(epoch)):
                     yield epoch, i, batcher.batch(epoch, i)
                 epoch, index = epoch + 1, 0
         finally:

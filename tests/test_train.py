@@ -126,19 +126,18 @@ def test_train_step_compiles_once_per_bucket_shape():
     assert step._cache_size() == len(batcher.shapes())
     assert int(state["step"]) == 2 * batcher.num_batches
 
-    # Packed batches (data/packing.py): one compilation per distinct packed shape.
-    from data.packing import pack_batch
+    # Packed batches (data/packing.py): one shape, one compilation, over two epochs.
+    from data.packing import PackedBatcher
 
+    packed = PackedBatcher(src, tgt, cfg.train.batch_tokens, 32)
     packed_step = make_train_step(graphdef, cfg.train)
-    shapes = set()
-    for epoch in range(2):
-        for index in range(batcher.num_batches):
-            batch = pack_batch(batcher.batch(epoch, index), 32)
-            batch.pop("num_tokens")
-            shapes.add(batch["src"].shape)
-            state, _ = packed_step(state, shard_batch(batch, mesh))
+    iterator = packed.iterate()
+    for _ in range(packed.epoch_length(0) + packed.epoch_length(1)):
+        _, _, batch = next(iterator)
+        batch.pop("num_tokens")
+        state, _ = packed_step(state, shard_batch(batch, mesh))
     jax.block_until_ready(state)
-    assert packed_step._cache_size() == len(shapes) < batcher.num_batches
+    assert packed_step._cache_size() == len(packed.shapes()) == 1
 
 
 @pytest.mark.slow

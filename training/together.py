@@ -10,15 +10,15 @@ over it, each seed with its own dropout base key (`train.seed = k`), and the res
 unstacked into one state per seed again, inside the program, so the host does no
 per-seed array work and each seed's checkpoint is what training it alone would save.
 
-Batches: each seed has its own TrainBatcher (seed k), so at one step the seeds'
+Batches: each seed has its own batcher (seed k), so at one step the seeds' padded
 batches may differ in shape. Seeds whose batches differ only in their number of rows
-(packing's short last batches, data/packing.py) share one program: the shorter ones get
-all-pad rows, which carry no loss weight (data/batching.py), and dropout masks are drawn
-by flat element index with rows leading (attention/dropout.py), so the real rows keep
-their masks and each seed's update is the one it makes alone (to float rounding). Seeds
-whose sequence lengths differ (or any shape, with R-Drop, which stacks the batch twice)
-run as separate groups of that step, each one vmapped program. With packed batches
-(`data.pack_length`) nearly every step is one program.
+share one program: the shorter ones get all-pad rows, which carry no loss weight
+(data/batching.py), and dropout masks are drawn by flat element index with rows leading
+(attention/dropout.py), so the real rows keep their masks and each seed's update is the
+one it makes alone (to float rounding). Seeds whose sequence lengths differ (or any
+shape, with R-Drop, which stacks the batch twice) run as separate groups of that step,
+each one vmapped program. With packed batches (`data.pack_length`, data/packing.py)
+every seed's batch has the run's one shape, so every step is one program.
 
 Threads: seeds are set up one after another (tokenizer, data cache, restore), each
 starting once the one before it has reached its first step; SIGINT / SIGTERM are
