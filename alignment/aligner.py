@@ -28,7 +28,7 @@ from alignment.links import (
     alignment_scores,
     symmetrize,
 )
-from alignment.settings import RESULT_FILE, SETTING_KEYS, stored_settings
+from alignment.settings import SETTING_KEYS, result_file, stored_settings
 from common.errors import UserError
 from common.files import prepare_output_folder, write_atomic
 from common.workdir_lock import evaluation_locks
@@ -67,7 +67,7 @@ def _direction(workdir, stored: dict, given: dict, sources, targets, batch_size,
     s["shift"] = bool(s["shift"])
     s["measure"] = s["measure"] or "weights"
     rec = Recorded(workdir, s["checkpoint"], sources, targets, s["heads"], batch_size, max_tokens,
-                   s["measure"])
+                   s["measure"], reinit_seed=given.get("reinit_seed"))
     s["checkpoint"] = str(rec.step)
     if s["layer"] is None:  # the recipe's reading: heads and the student they were taught
         # beside (by an outside aligner's links), else the heads' joint reading, the head,
@@ -120,13 +120,15 @@ def align(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], *
         measure ("weights", "norm", "alti": what a decoder layer's map is) of the
         forward model; None or absent = the stored `--select` choice, else the default.
         The reverse model takes the same given values, else its stored ones (when it
-        is the stored reverse run), else the defaults.
+        is the stored reverse run), else the defaults. `reinit_seed` N reads every run
+        with random parameters (`evaluation.loading.reinitialised`) and the settings
+        stored for them (`alignment.settings.result_file`).
     Returns:
       {"links": N sorted (i, j) lists, "settings": {... , "symmetrize", "reverse"},
        "scores": {"all", "dev", "test"} (alignment_scores dicts; with golds only),
        "recorded": the forward run's `Recorded` (with keep_recorded only)}.
     """
-    stored = stored_settings(workdir)
+    stored = stored_settings(workdir, given.get("reinit_seed"))
     stored_rev, explicit_rev = stored.get("reverse") or {}, reverse_workdir is not None
     reverse_workdir = reverse_workdir or stored_rev.get("workdir")
     stored_method = stored.get("symmetrize") if stored.get("symmetrize") != "none" else None
@@ -198,7 +200,8 @@ def _candidates(workdir, sources, targets, golds, given, batch_size, max_tokens,
     out = []
     for step in steps:
         src, tgt = (targets, sources) if transpose else (sources, targets)
-        rec = Recorded(workdir, step, src, tgt, heads, batch_size, max_tokens, measure)
+        rec = Recorded(workdir, step, src, tgt, heads, batch_size, max_tokens, measure,
+                       reinit_seed=given.get("reinit_seed"))
         for layer in rec.layers:
             head = layer in HEAD_LAYERS
             if layer not in PRIOR_LAYERS:
@@ -225,7 +228,8 @@ def select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], 
            batch_size: int = 32, max_tokens: int | None = None, inputs: dict | None = None,
            keep_recorded: bool = False, **given) -> dict:
     """Chooses the settings with the lowest AER on the first `dev_sentences` pairs, writes
-    them to `<workdir>/eval/alignment.json` and returns `align(...)` with them on all pairs
+    them to `<workdir>/eval/alignment.json` (with `given["reinit_seed"]` N, random
+    parameters: `eval/alignment.reinit<N>.json`) and returns `align(...)` with them on all pairs
     (plus "grid": the dev AER of every setting tried, best first).
 
     The grid: every saved checkpoint (or `given["checkpoint"]`) x decoder layer and mean
@@ -235,7 +239,8 @@ def select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], 
     and every SYMMETRIZE of the two directions' best TOP_PER_DIRECTION row readings.
     `inputs` (file names, say) is stored as provenance.
     """
-    out = Path(workdir) / RESULT_FILE.parent
+    result_path = Path(workdir) / result_file(given.get("reinit_seed"))
+    out = result_path.parent
     if out.is_dir():
         prepare_output_folder(out)  # a read-only or full eval/ fails before the work
     elif not os.access(workdir, os.W_OK):
@@ -243,18 +248,19 @@ def select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], 
     with evaluation_locks([Path(workdir)], purpose="alignment selection"):
         return _select(workdir, sources, targets, golds, reverse_workdir=reverse_workdir,
                        dev_sentences=dev_sentences, batch_size=batch_size, max_tokens=max_tokens,
-                       inputs=inputs, keep_recorded=keep_recorded, given=given, out=out)
+                       inputs=inputs, keep_recorded=keep_recorded, given=given,
+                       result_path=result_path)
 
 
 def _select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], golds: Sequence,
             *, reverse_workdir: str | Path | None, dev_sentences: int, batch_size: int,
             max_tokens: int | None, inputs: dict | None, keep_recorded: bool, given: dict,
-            out: Path) -> dict:
+            result_path: Path) -> dict:
     """`select`'s work, while it holds the workdir's shared lock."""
     dev = min(dev_sentences, len(sources)) if dev_sentences > 0 else len(sources)
     args = (sources[:dev], targets[:dev], golds[:dev])
     fwd = _candidates(workdir, *args, given, batch_size, max_tokens, transpose=False)
-    prepare_output_folder(out)  # only now: a refused run (no or damaged checkpoint) adds nothing
+    prepare_output_folder(result_path.parent)  # only now: a refused run adds nothing
     best = (fwd[0][0], fwd[0][1], fwd[0][3], None)
     grid = [{"direction": "forward", "dev_aer": a, **s, "symmetrize": m} for a, s, _, m in fwd]
     rows_only = [c for c in fwd if c[3] == "none"]
@@ -280,9 +286,10 @@ def _select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str],
     stored = {"settings": settings, "selected_on": {**(inputs or {}), "dev_sentences": dev,
                                                     "sentences": len(golds), "grid": len(grid)},
               "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
-    write_atomic(Path(workdir) / RESULT_FILE, json.dumps(stored, indent=2) + "\n")
+    write_atomic(result_path, json.dumps(stored, indent=2) + "\n")
     result = align(workdir, sources, targets, golds=golds, batch_size=batch_size,
-                   dev_sentences=dev, max_tokens=max_tokens, keep_recorded=keep_recorded)
-    write_atomic(Path(workdir) / RESULT_FILE, json.dumps(
+                   dev_sentences=dev, max_tokens=max_tokens, keep_recorded=keep_recorded,
+                   reinit_seed=given.get("reinit_seed"))
+    write_atomic(result_path, json.dumps(
         {**stored, "scores": result["scores"], "grid": grid}, indent=2) + "\n")
     return {**result, "grid": grid}

@@ -47,8 +47,9 @@ attention `weights` (default), the `norm`-based maps ||alpha f(x)|| (Kobayashi e
 `--select` chooses the other settings on that measure and stores it with them.
 `--reinit_seed N` reads every run with fresh random parameters of the same architecture
 (`evaluation.loading.reinitialised`, seed N; the checkpoint is still read and checked):
-the model-randomisation sanity check (Adebayo et al. 2018); a `--select` stores the seed
-with the settings it chose (`selected_on`), so run it on a copy of the workdir.
+the model-randomisation sanity check (Adebayo et al. 2018). A `--select` with it stores
+its choice apart, in `<workdir>/eval/alignment.reinit<N>.json` (which a later
+`--reinit_seed N` reads), never in place of the trained parameters' settings.
 `--words` merges the map into words first (a target word's piece rows averaged, a
 source word's piece columns summed) and reads that, instead of merging the pieces' links.
 `--reverse_workdir` adds a model of the opposite direction (its links are transposed)
@@ -99,7 +100,7 @@ from alignment.links import (
     read_pairs,
     read_sides,
 )
-from alignment.settings import RESULT_FILE, describe, parse_heads, parse_layer, parse_threshold
+from alignment.settings import describe, parse_heads, parse_layer, parse_threshold, result_file
 from common import cli
 from common.errors import UserError
 from common.files import prepare_output_folder
@@ -169,7 +170,7 @@ def plot_pair(result: dict, sources: Sequence[str], targets: Sequence[str],
     save_png(fig, out)
 
 
-def score_lines(result: dict, dev: int) -> list[str]:
+def score_lines(result: dict, dev: int, reinit_seed: int | None = None) -> list[str]:
     """stderr lines: AER / precision / recall in percent, all pairs first."""
     def line(name: str, s: dict) -> str:
         return (f"AER{name}: {100 * s['aer']:.2f} precision: {100 * s['precision']:.2f} "
@@ -187,7 +188,7 @@ def score_lines(result: dict, dev: int) -> list[str]:
                     if settings["reverse"] else ""))
     if "grid" in result:
         lines.append(f"selected on the first {dev} pairs among {len(result['grid'])} settings, "
-                     f"stored in <workdir>/{RESULT_FILE}")
+                     f"stored in <workdir>/{result_file(reinit_seed)}")
     return lines
 
 
@@ -226,25 +227,23 @@ def main(argv: list[str]) -> None:
         prepare_output_folder(Path(f.plot).parent)
     options = dict(reverse_workdir=f.reverse_workdir, dev_sentences=f.dev_sentences,
                    batch_size=f.batch_size, keep_recorded=bool(f.plot), **given)
-    from evaluation.loading import reinitialising
-
-    with reinitialising(f.reinit_seed):  # None: the checkpoints' parameters
-        if f.select:
-            inputs = {"pairs": f.pairs, "source": f.source, "target": f.target, "gold": f.gold}
-            inputs = {k: v for k, v in inputs.items() if v}
-            if f.reinit_seed is not None:
-                inputs["reinit_seed"] = f.reinit_seed
-            result = select(f.workdir, sources, targets, golds, inputs=inputs, **options)
-        else:
-            result = align(f.workdir, sources, targets, golds=golds,
-                           symmetrize_with=f.symmetrize, **options)
+    options["reinit_seed"] = f.reinit_seed  # None: the checkpoints' parameters
+    if f.select:
+        inputs = {"pairs": f.pairs, "source": f.source, "target": f.target, "gold": f.gold}
+        inputs = {k: v for k, v in inputs.items() if v}
+        if f.reinit_seed is not None:
+            inputs["reinit_seed"] = f.reinit_seed
+        result = select(f.workdir, sources, targets, golds, inputs=inputs, **options)
+    else:
+        result = align(f.workdir, sources, targets, golds=golds, symmetrize_with=f.symmetrize,
+                       **options)
     sys.stdout.write("".join(format_pharaoh(links) + "\n" for links in result["links"]))
     sys.stdout.flush()
     if f.plot:
         plot_pair(result, sources, targets, golds, f.plot_pair, f.plot)
     if golds is not None:
         dev = min(f.dev_sentences, len(sources)) if f.select else f.dev_sentences
-        print("\n".join(score_lines(result, dev)), file=sys.stderr)
+        print("\n".join(score_lines(result, dev, f.reinit_seed)), file=sys.stderr)
     if f.reinit_seed is not None:
         print(f"parameters: re-initialised with seed {f.reinit_seed}, not the checkpoints'",
               file=sys.stderr)

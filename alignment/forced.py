@@ -217,13 +217,15 @@ class Recorded:
     def __init__(self, workdir: str | Path, checkpoint: str, sources: Sequence[str],
                  targets: Sequence[str], heads: str | Sequence[int] = "mean",
                  batch_size: int = 32, max_tokens: int | None = None,
-                 measure: str = "weights"):
+                 measure: str = "weights", reinit_seed: int | None = None):
         from evaluation.loading import load_params, load_tokenizer
 
         self.workdir = Path(workdir)
         self.cfg = resolved.load_config_json(self.workdir)
         tokenizer = load_tokenizer(self.workdir, self.cfg)
-        loaded = load_params(self.workdir, checkpoint, cfg=self.cfg, tokenizer=tokenizer)
+        # reinit_seed: the architecture with random parameters (the sanity check)
+        loaded = load_params(self.workdir, checkpoint, cfg=self.cfg, tokenizer=tokenizer,
+                             reinit_seed=reinit_seed)
         self.step, self.num_layers = loaded.steps[-1], self.cfg.model.num_decoder_layers
         if heads != "mean":
             bad = [h for h in heads if not 0 <= h < self.cfg.model.num_heads]

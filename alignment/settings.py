@@ -24,9 +24,18 @@ SETTING_KEYS = ("checkpoint", "layer", "heads", "shift", "words", "threshold", "
                 "measure")
 
 
-def stored_settings(workdir: str | Path) -> dict:
-    """The settings `--select` stored in `<workdir>/eval/alignment.json`, or {}."""
-    path = Path(workdir) / RESULT_FILE
+def result_file(reinit_seed: int | None = None) -> Path:
+    """Where `--select` stores its choice, relative to the workdir: RESULT_FILE for the
+    run's own parameters, `eval/alignment.reinit<N>.json` for random ones (`--reinit_seed
+    N`), so that a sanity check never replaces the trained run's settings."""
+    if reinit_seed is None:
+        return RESULT_FILE
+    return RESULT_FILE.with_name(f"{RESULT_FILE.stem}.reinit{reinit_seed}{RESULT_FILE.suffix}")
+
+
+def stored_settings(workdir: str | Path, reinit_seed: int | None = None) -> dict:
+    """The settings `--select` stored in `<workdir>/` `result_file(reinit_seed)`, or {}."""
+    path = Path(workdir) / result_file(reinit_seed)
     if not path.is_file():
         return {}
     try:

@@ -5,19 +5,15 @@ Used by evaluate.py (which also checks the members of an ensemble here),
 the alignment command and bench/decode_speed.py. Heavy imports (JAX, orbax) happen
 inside the functions, so evaluate.py checks its inputs first.
 
-`reinitialised` (and `load_params(..., reinit_seed=N)`, or any loading inside
-`with reinitialising(N):`) gives the same architecture with fresh random parameters:
+`reinitialised` (and `load_params(..., reinit_seed=N)`) gives the same architecture with fresh random parameters:
 the model-randomisation sanity check of Adebayo et al. 2018.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import ml_collections
@@ -157,7 +153,7 @@ def load_params(workdir: str | Path, checkpoint: str | None = None, average_last
     element-wise mean of the last `average_last` ones (see `resolve_steps`).
 
     reinit_seed: replace them by `reinitialised(..., reinit_seed)` (the checkpoint is still
-    read and checked); None = the seed of an enclosing `reinitialising` block, if any.
+    read and checked); None = the checkpoint's parameters.
 
     Raises UserError: no checkpoint, a damaged one, or one that does not fit the
     model built from config.json and the tokenizer.
@@ -203,15 +199,10 @@ def load_params(workdir: str | Path, checkpoint: str | None = None, average_last
     model = nnx.merge(graphdef, params)
     loaded = LoadedParams(model, params, list(steps), checkpoint or ("last" if average_last
                                                                      else "best"))
-    seed = reinit_seed if reinit_seed is not None else _REINIT_SEED.get()
-    return loaded if seed is None else reinitialised(loaded, cfg, tokenizer, seed)
+    return loaded if reinit_seed is None else reinitialised(loaded, cfg, tokenizer, reinit_seed)
 
 
 # --------------------------------------------------------------- random parameters
-
-_REINIT_SEED: contextvars.ContextVar[int | None] = contextvars.ContextVar("reinit_seed",
-                                                                          default=None)
-
 
 def reinitialised(loaded: LoadedParams, cfg: ml_collections.ConfigDict, tokenizer,
                   seed: int) -> LoadedParams:
@@ -242,15 +233,3 @@ def reinitialised(loaded: LoadedParams, cfg: ml_collections.ConfigDict, tokenize
     graphdef = nnx.graphdef(loaded.model)
     return dataclasses.replace(loaded, model=nnx.merge(graphdef, params), params=params,
                                reinit_seed=int(seed))
-
-
-@contextlib.contextmanager
-def reinitialising(seed: int | None) -> Iterator[None]:
-    """Within the block every `load_params` without its own `reinit_seed` returns
-    `reinitialised(..., seed)` (None: the checkpoint's parameters, as outside it): for a
-    command whose runs are loaded deep inside a library (`attention.align --reinit_seed`)."""
-    token = _REINIT_SEED.set(seed)
-    try:
-        yield
-    finally:
-        _REINIT_SEED.reset(token)

@@ -263,6 +263,29 @@ def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
         assert one["links"] != one["recorded"].links(layer, False, None, words=words)
 
 
+def test_select_on_random_parameters_stores_apart_from_the_trained_choice(smoke_workdir,
+                                                                           tmp_path):
+    """--select --reinit_seed N (the sanity check) writes eval/alignment.reinit<N>.json and
+    leaves the trained run's eval/alignment.json byte for byte; a bare --reinit_seed N
+    reads the random model's stored choice."""
+    workdir = tmp_path / "run"
+    shutil.copytree(smoke_workdir, workdir)
+    trained_choice = workdir / "eval" / "alignment.json"
+    trained_choice.parent.mkdir(exist_ok=True)
+    trained_choice.write_text('{"settings": {"layer": "mean"}}\n', encoding="utf-8")
+    flags = ["--workdir", str(workdir), "--pairs", str(PAIRS), "--gold", str(GOLD),
+             "--dev_sentences", "5", "--checkpoint", "40", "--reinit_seed", "1"]
+    selected = run_module("attention.align", *flags, "--select")
+    assert selected.returncode == 0, selected.stderr[-2000:]
+    assert trained_choice.read_text(encoding="utf-8") == '{"settings": {"layer": "mean"}}\n'
+    stored = json.loads((workdir / "eval" / "alignment.reinit1.json").read_text())
+    assert stored["selected_on"]["reinit_seed"] == 1
+    assert "stored in <workdir>/eval/alignment.reinit1.json" in selected.stderr
+    bare = run_module("attention.align", *flags)
+    assert bare.returncode == 0, bare.stderr[-2000:]
+    assert bare.stdout == selected.stdout  # the random model, read at its stored settings
+
+
 def test_select_stores_settings_the_bare_command_reproduces(smoke_workdir, reverse_workdir,
                                                             tmp_path):
     workdir = tmp_path / "run"

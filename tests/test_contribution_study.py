@@ -96,24 +96,19 @@ def test_correlations_and_diagonal_links():
 
 
 def test_reinitialised_params_same_tree_new_values_seeded():
-    from evaluation.loading import load_params, reinitialising
+    from evaluation.loading import load_params
 
     trained = load_params(WORKDIR)
     fresh = load_params(WORKDIR, reinit_seed=1)
     again = load_params(WORKDIR, reinit_seed=1)
     other = load_params(WORKDIR, reinit_seed=2)
-    with reinitialising(1):
-        inside = load_params(WORKDIR)
-    after = load_params(WORKDIR)
-    leaves = [jax.tree.leaves(x.params) for x in (trained, fresh, again, other, inside, after)]
+    leaves = [jax.tree.leaves(x.params) for x in (trained, fresh, again, other)]
     assert all(jax.tree.structure(x.params) == jax.tree.structure(trained.params)
-               for x in (fresh, other, inside))
+               for x in (fresh, other))
     assert [(a.shape, a.dtype) for a in leaves[1]] == [(a.shape, a.dtype) for a in leaves[0]]
     differ = [not np.array_equal(a, b) for a, b in zip(leaves[0], leaves[1], strict=True)]
     assert sum(differ) > len(differ) // 2  # every matrix; a layer norm may start where it is
     assert all(np.array_equal(a, b) for a, b in zip(leaves[1], leaves[2], strict=True))
-    assert all(np.array_equal(a, b) for a, b in zip(leaves[1], leaves[4], strict=True))
-    assert all(np.array_equal(a, b) for a, b in zip(leaves[0], leaves[5], strict=True))
     assert any(not np.array_equal(a, b) for a, b in zip(leaves[1], leaves[3], strict=True))
     assert (fresh.reinit_seed, trained.reinit_seed, fresh.steps) == (1, None, trained.steps)
     matrices = [np.asarray(a) for a in leaves[1] if a.ndim == 2]
@@ -216,17 +211,16 @@ def test_partial_rank_correlation_removes_a_shared_cause():
     assert partial_rank_correlation([1.0, 2.0], [2.0, 1.0], [0.0, 1.0]) is None
 
 
-def test_align_reads_the_reinitialised_model_inside_the_block(tmp_path):
-    """attention.align --reinit_seed's path: inside `reinitialising`, the aligner's forced
-    decoding reads the random model (the same one each time), outside it the checkpoint's;
-    a negative seed is refused in one line."""
+def test_align_reads_the_reinitialised_model_when_asked(tmp_path):
+    """attention.align --reinit_seed's path: with reinit_seed the aligner's forced decoding
+    reads the random model (the same one each time), without it the checkpoint's; a
+    negative seed is refused in one line."""
     from alignment.forced import Recorded
-    from evaluation.loading import reinitialising
 
     sources, targets = ["ein Mann läuft .", "zwei Hunde"], ["a man runs .", "two dogs"]
     trained = Recorded(WORKDIR, "20", sources, targets)
-    with reinitialising(1):
-        random, again = (Recorded(WORKDIR, "20", sources, targets) for _ in range(2))
+    random, again = (Recorded(WORKDIR, "20", sources, targets, reinit_seed=1)
+                     for _ in range(2))
     for t, r, a in zip(trained.atts, random.atts, again.atts, strict=True):
         assert t.shape == r.shape and not np.allclose(t, r, atol=1e-3)
         np.testing.assert_array_equal(r, a)
