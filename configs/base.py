@@ -80,9 +80,11 @@ def get_config() -> ml_collections.ConfigDict:
     # models skip each merge with probability alpha (BPE-dropout, Provilkov et al. 2020).
     data.spm_sampling_alpha = 0.0  # unigram: 0.1 to 0.5 in Kudo's paper; BPE: 0.1 in theirs
     data.spm_nbest_size = 16  # l, the segmentations drawn from (2 to 64; unigram only)
-    # Training: pack each batch's pairs into rows this long (data/packing.py; 0 = off). Pays
-    # when batches are not length-bucketed or the model is large (d_model 512: +10% on
-    # Multi30k); the tiny models on bucketed Multi30k run faster without (bench/README.md).
+    # Training: 0 = padded length buckets (one train program per bucket); L > 0 = every
+    # batch one packed shape, rows of max(L, longest pair) positions, batch_tokens // L of
+    # them (data/packing.py): one train program, but a batch then holds ~0.93 instead of
+    # ~0.66 real tokens per position, so matching a padded recipe's update takes fewer
+    # batch_tokens (bench/README.md, "One packed shape").
     data.pack_length = 0
 
     config.model = model = ml_collections.ConfigDict()

@@ -131,7 +131,8 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     "data.spm_sampling_alpha": at_least(0, "0 = off; below 1 for BPE (validation.py)"),
     # Read only when a unigram model samples: then 2 to 1024 (configs/validation.py).
     "data.spm_nbest_size": Any_("2 to 1024 when a unigram model samples, else unread"),
-    "data.pack_length": at_least(0, "0 = off; a row grows to hold its longest pair"),
+    "data.pack_length": at_least(0, "0 = padded buckets; else the least packed row "
+                                    "length (a row grows to hold the longest pair)"),
     # model (configs/model.py checks them again, and how they fit together)
     "model.d_model": at_least(1),
     "model.num_heads": at_least(1),
