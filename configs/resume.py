@@ -29,8 +29,9 @@ SAFE_ON_RESUME = ("data.cache_dir", "train.num_steps", "train.log_every_steps", 
                   "train.max_minutes", "eval.", "checkpoint.every_steps", "checkpoint.keep",
                   "attention_maps.")
 LOCKED_ON_RESUME = ("data.", "model.")
-CHANGEABLE_WITH_FLAG = ("data.data_dir", "data.hf_cache_dir", "data.pack_length",
-                        "data.valid_source", "data.valid_target", "data.test_source",
+# Not data.pack_length: it decides which pairs make each batch of an epoch (data/packing.py),
+# so a change mid-run would repeat or skip pairs of the epoch under way.
+CHANGEABLE_WITH_FLAG = ("data.data_dir", "data.hf_cache_dir", "data.valid_source", "data.valid_target", "data.test_source",
                         "data.test_target", "model.dropout", "model.attention_dropout",
                         "model.attention_impl", "model.embedding_grad", "model.dtype")
 

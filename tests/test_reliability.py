@@ -258,9 +258,12 @@ def test_resume_refuses_changed_shape_vocabulary_or_data_even_with_the_flag(trai
     before = snapshot(trained)
     result = train("--workdir", str(trained), "--config.model.num_heads=4",
                    "--config.data.vocab_size=300", "--config.data.max_train_sentences=1000",
-                   "--allow_config_change=model.num_heads,data.vocab_size,data.max_train_sentences")
+                   "--config.data.pack_length=64",
+                   "--allow_config_change=model.num_heads,data.vocab_size,data.max_train_sentences,"
+                   "data.pack_length")
     assert_one_line_error(result, 2, "model.num_heads: 2 -> 4", "data.vocab_size: 200 -> 300",
-                          "data.max_train_sentences: 2000 -> 1000", "cannot change on resume")
+                          "data.max_train_sentences: 2000 -> 1000", "data.pack_length: 0 -> 64",
+                          "cannot change on resume")
     assert snapshot(trained) == before
 
 
