@@ -220,8 +220,8 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
             loop.best_bleu, loop.best_step, loop.bad_evals = tick.bleu, tick.step, 0
         else:
             loop.bad_evals += 1
-        progress.write(f"{tag}step {tick.step}: valid BLEU {tick.bleu:.2f} (best {loop.best_bleu:.2f} "
-                       f"at step {loop.best_step})")
+        progress.write(f"{tag}step {tick.step}: valid BLEU {tick.bleu:.2f} "
+                       f"(best {loop.best_bleu:.2f} at step {loop.best_step})")
 
     def train_seconds() -> float:
         return trained_before + time.time() - session_start

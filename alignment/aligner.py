@@ -31,7 +31,7 @@ from alignment.links import (
 from alignment.settings import SETTING_KEYS, result_file, stored_settings
 from common.errors import UserError
 from common.files import prepare_output_folder, write_atomic
-from common.workdir_lock import evaluation_locks
+from common.workdir_lock import check_not_training, evaluation_locks
 from configs import resolved
 from configs.alignment_group import GROUP
 
@@ -245,22 +245,26 @@ def select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], 
         prepare_output_folder(out)  # a read-only or full eval/ fails before the work
     elif not os.access(workdir, os.W_OK):
         raise UserError(f"cannot write {out}: {workdir} is not writable")
-    with evaluation_locks([Path(workdir)], purpose="alignment selection"):
-        return _select(workdir, sources, targets, golds, reverse_workdir=reverse_workdir,
-                       dev_sentences=dev_sentences, batch_size=batch_size, max_tokens=max_tokens,
-                       inputs=inputs, keep_recorded=keep_recorded, given=given,
-                       result_path=result_path)
-
-
-def _select(workdir: str | Path, sources: Sequence[str], targets: Sequence[str], golds: Sequence,
-            *, reverse_workdir: str | Path | None, dev_sentences: int, batch_size: int,
-            max_tokens: int | None, inputs: dict | None, keep_recorded: bool, given: dict,
-            result_path: Path) -> dict:
-    """`select`'s work, while it holds the workdir's shared lock."""
+    check_not_training(workdir)  # before the work; the lock itself once the checks passed
     dev = min(dev_sentences, len(sources)) if dev_sentences > 0 else len(sources)
     args = (sources[:dev], targets[:dev], golds[:dev])
     fwd = _candidates(workdir, *args, given, batch_size, max_tokens, transpose=False)
-    prepare_output_folder(result_path.parent)  # only now: a refused run adds nothing
+    # Only now, with a checkpoint loaded: a refused run (no or damaged checkpoint) leaves
+    # the workdir untouched; never into a run being trained (common/workdir_lock.py).
+    with evaluation_locks([Path(workdir)], purpose="alignment selection"):
+        prepare_output_folder(result_path.parent)
+        return _choose(workdir, sources, targets, golds, fwd, dev, result_path, inputs=inputs,
+                       reverse_workdir=reverse_workdir, batch_size=batch_size,
+                       max_tokens=max_tokens, keep_recorded=keep_recorded, given=given)
+
+
+def _choose(workdir: str | Path, sources: Sequence[str], targets: Sequence[str],
+            golds: Sequence, fwd: list, dev: int, result_path: Path, *, inputs: dict | None,
+            reverse_workdir: str | Path | None, batch_size: int, max_tokens: int | None,
+            keep_recorded: bool, given: dict) -> dict:
+    """`select` from its forward candidates `fwd` on: the reverse direction's, the best
+    combination, stored in `result_path`, then `align` with it."""
+    args = (sources[:dev], targets[:dev], golds[:dev])
     best = (fwd[0][0], fwd[0][1], fwd[0][3], None)
     grid = [{"direction": "forward", "dev_aer": a, **s, "symmetrize": m} for a, s, _, m in fwd]
     rows_only = [c for c in fwd if c[3] == "none"]

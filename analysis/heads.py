@@ -256,37 +256,39 @@ def analyze_heads(workdir: str | Path, *, split: str = "valid", checkpoint: str 
                   gold_pairs: str | None = None, gold: str | None = None,
                   over_steps: bool = False, out: str | None = None) -> dict:
     """Everything in the module docstring; writes `<out>/heads.json` and the figures."""
-    workdir = Path(workdir)
-    cfg = resolved.load_config_json(workdir)  # a missing or foreign workdir: refused unlocked
-    # Into the run's own eval/ (the default): never while it trains (common/workdir_lock.py).
-    with (evaluation_locks([workdir], purpose="head analysis") if out is None
-          else contextlib.nullcontext()):
-        return _analyze_heads(workdir, split=split, checkpoint=checkpoint, beam_size=beam_size,
-                              max_sentences=max_sentences, batch_size=batch_size,
-                              gold_pairs=gold_pairs, gold=gold, over_steps=over_steps, out=out,
-                              cfg=cfg)
-
-
-def _analyze_heads(workdir: Path, *, cfg: ml_collections.ConfigDict, split: str,
-                   checkpoint: str, beam_size: int, max_sentences: int, batch_size: int, gold_pairs: str | None, gold: str | None,
-                   over_steps: bool, out: str | None) -> dict:
-    """`analyze_heads`'s work."""
-    from analysis import head_figures
     from data.corpora import load_corpus
     from evaluation.loading import load_params, load_tokenizer
     from training.compilation import enable_compilation_cache
 
+    workdir = Path(workdir)
     if (gold_pairs is None) != (gold is None):
         raise UserError("--gold_pairs and --gold go together")
     for path in (gold_pairs, gold):
         if path is not None:
             require_file(path)
+    cfg = resolved.load_config_json(workdir)
     tokenizer = load_tokenizer(workdir, cfg)
     sources, targets = load_corpus(cfg.data, split)
     if max_sentences:
         sources, targets = sources[:max_sentences], targets[:max_sentences]
     enable_compilation_cache()
     loaded = load_params(workdir, checkpoint, cfg=cfg, tokenizer=tokenizer)
+    # Into the run's own eval/ (the default): never while it trains (common/workdir_lock.py);
+    # taken once every check has passed, so a refused command leaves the workdir untouched.
+    with (evaluation_locks([workdir], purpose="head analysis") if out is None
+          else contextlib.nullcontext()):
+        return _measure_heads(workdir, cfg, tokenizer, loaded, sources, targets, split=split,
+                              beam_size=beam_size, batch_size=batch_size, gold_pairs=gold_pairs,
+                              gold=gold, over_steps=over_steps, out=out)
+
+
+def _measure_heads(workdir: Path, cfg: ml_collections.ConfigDict, tokenizer, loaded,
+                   sources: list[str], targets: list[str], *, split: str, beam_size: int,
+                   batch_size: int, gold_pairs: str | None, gold: str | None, over_steps: bool,
+                   out: str | None) -> dict:
+    """`analyze_heads`'s measurements and files, once its checks have passed."""
+    from analysis import head_figures
+
     # Created only now that the checkpoint has loaded: a refused command leaves no folder.
     out_dir = prepare_output_folder(Path(out) if out else workdir / "eval" / "heads")
     model, dims = loaded.model, _dims(loaded.model)

@@ -200,16 +200,40 @@ class WorkdirLock:
         os.ftruncate(self._fd, RECORD_BYTES)
 
 
+EVALUATION_HINT = ("run it once training has ended (its checkpoints may be deleted or its "
+                   "best step change meanwhile)")
+
+
 def evaluation_locks(workdirs: list[Path], purpose: str = "evaluation") -> contextlib.ExitStack:
     """The shared locks of `workdirs`, all held or none, for a command that writes their
     eval/ (evaluate.py, attention.align --select, attention.heads): side by side with each
     other, never into a run being trained (UserError naming the training that holds one).
-    Use as `with evaluation_locks([workdir]): ...`."""
+    Use as `with evaluation_locks([workdir]): ...`, once every check of the command has
+    passed: taking a lock creates (then deletes) the lock file, which touches the folder."""
     stack = contextlib.ExitStack()
     with stack:
         for workdir in workdirs:
-            stack.enter_context(WorkdirLock(
-                workdir, shared=True, purpose=purpose,
-                hint="run it once training has ended (its checkpoints may be deleted "
-                     "or its best step change meanwhile)"))
+            stack.enter_context(WorkdirLock(workdir, shared=True, purpose=purpose,
+                                            hint=EVALUATION_HINT))
         return stack.pop_all()
+
+
+def check_not_training(folder: str | os.PathLike) -> None:
+    """UserError naming the holder when a process holds `folder` exclusively (a training),
+    creating and changing nothing: for a command to refuse before long work that it would
+    write into the folder afterwards (under `evaluation_locks`, which checks again)."""
+    if fcntl is None:
+        return
+    try:
+        fd = os.open(lock_path(folder), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:  # no lock file: nobody holds the folder
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UserError(f"{folder} is in use by {describe_holder(read_holder(folder))}; "
+                        f"{EVALUATION_HINT}") from None
+    except OSError:  # a file system without locks: evaluation_locks warns
+        pass
+    finally:
+        os.close(fd)

@@ -387,7 +387,7 @@ CASES: dict[str, Callable[[Setup], Case]] = {
         ("checkpoint '7' not found",)),
     "heads: read-only workdir": lambda s: _on_copy(
         s, "heads_read_only", "attention.heads", ["--max_sentences", "4"],
-        ("{workdir}/eval", "read-only file system"), read_only=True),
+        ("{workdir}/.lock", "read-only file system"), read_only=True),  # as evaluate.py
 }
 # Left by kills: temp files (`atomic_file`, and the legacy `.<name>.tmp<pid>`) and
 # tokenizer temp folders (`temp_folder`, and the legacy `.tokenizer-tmp-*`).
