@@ -30,6 +30,7 @@ the batches an uninterrupted one would have.
 data/packing.py's `PackedBatcher` is the other one: every batch one packed shape.
 """
 
+import abc
 import math
 import queue
 import threading
@@ -123,22 +124,22 @@ def make_batch(source_ids: Sequence[Sequence[int]], target_ids: Sequence[Sequenc
     return batch
 
 
-class EpochBatches:
+class EpochBatches(abc.ABC):
     """Training batches by (epoch, index), deterministic from the seed and the epoch, so a
     run resumed at a position gets exactly the batches an uninterrupted one would have.
     Subclasses give `epoch_length`, `batch` and `shapes`."""
 
+    @abc.abstractmethod
     def epoch_length(self, epoch: int) -> int:
         """Number of batches of `epoch`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def batch(self, epoch: int, index: int) -> Batch:
         """Batch number `index` (0-based) of epoch `epoch`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def shapes(self) -> list[tuple[int, int]]:
         """The (rows, length) batch shapes this batcher can produce."""
-        raise NotImplementedError
 
     def position(self, step: int) -> tuple[int, int]:
         """(epoch, index) of the batch used at 0-based global `step`."""
