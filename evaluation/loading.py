@@ -5,8 +5,8 @@ Used by evaluate.py (which also checks the members of an ensemble here),
 the alignment command and bench/decode_speed.py. Heavy imports (JAX, orbax) happen
 inside the functions, so evaluate.py checks its inputs first.
 
-`reinitialised` (and `load_params(..., reinit_seed=N)`) gives the same architecture with fresh random parameters:
-the model-randomisation sanity check of Adebayo et al. 2018.
+`reinitialised` (and `load_params(..., reinit_seed=N)`) gives the same architecture with
+fresh random parameters: the model-randomisation sanity check of Adebayo et al. 2018.
 """
 
 from __future__ import annotations
