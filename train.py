@@ -214,14 +214,15 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
 
     def validation(tick: Tick) -> None:
         check_finite(tick.state, manager)
-        tick.bleu = validate(cfg, graphdef, tick.state["params"], eval_step, tokenizer, valid,
-                             tick.step, log, workdir)
-        if tick.bleu > loop.best_bleu:
-            loop.best_bleu, loop.best_step, loop.bad_evals = tick.bleu, tick.step, 0
-        else:
-            loop.bad_evals += 1
-        progress.write(f"{tag}step {tick.step}: valid BLEU {tick.bleu:.2f} "
-                       f"(best {loop.best_bleu:.2f} at step {loop.best_step})")
+        figures = validate(cfg, graphdef, tick.state["params"], eval_step, tokenizer, valid,
+                           tick.step, log, workdir)
+        metric = cfg.train.patience_metric
+        loop.record_validation(tick.step, figures["bleu"], figures["loss"], metric)
+        tick.ranked = {} if figures[metric] is None else {metric: figures[metric]}
+        said = (f"valid BLEU {figures['bleu']:.2f}, " if figures["bleu"] is not None else "")
+        best = f"{loop.best_bleu:.2f}" if metric == "bleu" else f"loss {loop.best_loss:.4f}"
+        progress.write(f"{tag}step {tick.step}: {said}loss {figures['loss']:.4f} "
+                       f"(best {best} at step {loop.best_step})")
 
     def train_seconds() -> float:
         return trained_before + time.time() - session_start

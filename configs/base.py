@@ -24,6 +24,8 @@ NORMALIZATIONS = ("nmt_nfkc", "nmt_nfkc_cf")
 TEXT_PROTOCOLS = ("raw", "lc_norm_tok")
 # train.schedule values (training/step.py); after a linear warmup in each case.
 SCHEDULES = ("inverse_sqrt", "cosine", "constant", "cosine_budget")
+# train.patience_metric values: the validation figure patience and "best" follow.
+PATIENCE_METRICS = ("bleu", "loss")
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -126,7 +128,11 @@ def get_config() -> ml_collections.ConfigDict:
     # each batch (0 = off; their IWSLT De-En setting is 5). Doubles a step's compute.
     train.rdrop_alpha = 0.0
     train.log_every_steps = 50
-    train.patience = 0  # stop after this many evals without a better BLEU (0 = off)
+    train.patience = 0  # stop after this many validations without a better figure (0 = off)
+    # The validation figure that patience and the "best" checkpoint follow: "bleu" (higher
+    # is better) or "loss" (the label-smoothed loss per target token, lower is better:
+    # fairseq's default, which the Multi30k anchors stop on with patience 10).
+    train.patience_metric = "bleu"
     train.max_minutes = 0.0  # stop after this much training time (0 = off)
 
     config.eval = eval_ = ml_collections.ConfigDict()
@@ -135,6 +141,9 @@ def get_config() -> ml_collections.ConfigDict:
     eval_.length_penalty = 0.6
     eval_.batch_size = 128
     eval_.max_sentences = 0  # validate on the first N sentences (0 = all)
+    # False: validation is the teacher-forced loss alone (no decoding, BLEU or attention
+    # maps), cheap enough to run every epoch as fairseq does; needs patience_metric "loss".
+    eval_.decode = True
     # lc_norm_tok only: evaluate.py also writes Moses-detokenised hypotheses and scores them
     # against the raw references (lowercase output: not comparable with a cased BLEU).
     eval_.detokenize = False

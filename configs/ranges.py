@@ -23,7 +23,7 @@ from typing import Any
 import ml_collections
 
 from common.errors import UserError
-from configs.base import DATASETS, NORMALIZATIONS, SCHEDULES, TEXT_PROTOCOLS
+from configs.base import DATASETS, NORMALIZATIONS, PATIENCE_METRICS, SCHEDULES, TEXT_PROTOCOLS
 from configs.model import ACTIVATIONS, ATTENTION_IMPLS, DTYPES, EMBEDDING_GRADS, POSITIONS
 
 
@@ -170,6 +170,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     "train.rdrop_alpha": at_least(0, "0 = off"),
     "train.log_every_steps": at_least(0, STEPS_OR_OFF),
     "train.patience": at_least(0, "0 = off"),
+    "train.patience_metric": Choice(PATIENCE_METRICS),
     "train.max_minutes": at_least(0, "0 = no time budget; a negative one is spent before "
                                      "the first step"),
     # eval (validation during training)
@@ -178,6 +179,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     "eval.length_penalty": at_least(0, "GNMT's alpha; 0 = none"),
     "eval.batch_size": at_least(1),
     "eval.max_sentences": at_least(0, "0 = all"),
+    "eval.decode": SWITCH,
     "eval.detokenize": SWITCH,
     # checkpoint
     "checkpoint.every_steps": at_least(1, "a run must be resumable before its end"),

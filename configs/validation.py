@@ -31,6 +31,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if config.eval.get("detokenize", False) and data.get("text_protocol", "raw") == "raw":
         raise UserError("eval.detokenize undoes data.text_protocol=lc_norm_tok's tokenisation; "
                         "raw text is never tokenised")
+    if not config.eval.get("decode", True) and config.train.patience and \
+            config.train.get("patience_metric", "bleu") == "bleu":
+        raise UserError("train.patience counts validations without a better BLEU, which "
+                        "eval.decode=False does not compute: set train.patience_metric=loss")
     if config.model.share_embeddings and not data.joint_vocab:
         raise UserError("model.share_embeddings needs one joint vocabulary (data.joint_vocab=True)")
     # The model's own checks (sizes, divisibility, choices), before any file is written.

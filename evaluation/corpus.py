@@ -207,9 +207,12 @@ def save_attention(model, tokenizer, sources: list[str], n: int, *, beam_size: i
 
 def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
              valid: tuple[list[str], list[str]], step: int, log: MetricsLog,
-             workdir: Path) -> float:
+             workdir: Path) -> dict[str, float | None]:
     """Validation loss, BLEU and chrF of the configured decoder, logged at `step`, and the
-    attention maps of the first `attention_maps.num_examples` sentences; returns BLEU."""
+    attention maps of the first `attention_maps.num_examples` sentences. With
+    `eval.decode` off, the teacher-forced loss alone (no decoding, BLEU or maps; the event
+    says decode "none" and has no bleu).
+    Returns {"loss": label-smoothed loss per target token, "bleu": BLEU or None}."""
     sources, targets = valid
     if cfg.eval.max_sentences:
         sources, targets = sources[: cfg.eval.max_sentences], targets[: cfg.eval.max_sentences]
@@ -220,15 +223,18 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
         for key, value in eval_step(params, batch).items():
             totals[key] += float(value)
     tokens = max(totals["tokens"], 1.0)
+    losses = {"loss": totals["loss_sum"] / tokens, "nll": totals["nll_sum"] / tokens,
+              "ppl": float(np.exp(totals["nll_sum"] / tokens))}
+    if not cfg.eval.get("decode", True):
+        log.write(step, "valid", **losses, decode="none", num_sentences=len(sources))
+        return {"loss": losses["loss"], "bleu": None}
     model = nnx.merge(graphdef, params)
     hyps, _ = translate_lines(model, tokenizer, sources, beam_size=cfg.eval.beam_size,
                               length_penalty=cfg.eval.length_penalty,
                               batch_size=cfg.eval.batch_size, bucket_step=cfg.data.bucket_step)
     protocol = protocol_of(cfg.data)
     scores = score(hyps, list(targets), text_protocol=protocol)
-    log.write(step, "valid", loss=totals["loss_sum"] / tokens, nll=totals["nll_sum"] / tokens,
-              ppl=float(np.exp(totals["nll_sum"] / tokens)), bleu=scores["bleu"],
-              chrf=scores["chrf"], decode="greedy" if cfg.eval.beam_size == 1 else "beam",
+    log.write(step, "valid", **losses, bleu=scores["bleu"], chrf=scores["chrf"], decode="greedy" if cfg.eval.beam_size == 1 else "beam",
               num_sentences=len(sources),
               **({} if protocol == RAW else {"text_protocol": protocol}))
     n = cfg.attention_maps.num_examples
@@ -246,4 +252,4 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
                     continue
                 log.image(f"attention/{maps.decode}/example{example}",
                           heatmap_image_array(maps, example), step)
-    return scores["bleu"]
+    return {"loss": losses["loss"], "bleu": scores["bleu"]}

@@ -67,7 +67,7 @@ def test_finished_reason_of_each_stop():
     assert finished_reason(50, LoopState(train_seconds=60.5), cfg) == "time budget"
     cfg.patience = 3
     assert finished_reason(50, LoopState(bad_evals=2), cfg) == ""
-    assert finished_reason(50, LoopState(bad_evals=3), cfg) == "no BLEU gain in 3 evals"
+    assert finished_reason(50, LoopState(bad_evals=3), cfg) == "no validation BLEU gain in 3 evals"
 
 
 def test_progress_bar_total_is_where_a_time_budget_stops_the_run(tmp_path):

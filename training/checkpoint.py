@@ -3,12 +3,13 @@
 Each step directory holds two items:
   * "state": the train state pytree (`training/step.py`), saved with StandardSave;
   * "meta": JSON with the host-side loop state: data position (epoch, batch_index),
-    best validation BLEU so far and its step, patience left, wall-clock time trained.
+    best validation figures so far and the best step, patience left, wall-clock time trained.
 
 Orbax writes each step into a temporary directory (`<step>.orbax-checkpoint-tmp`) and
 renames it when complete, so a run killed mid-save never leaves a checkpoint that
 `latest_step()` would pick up; a writable manager deletes such leftovers when created.
-Preservation: the last `keep` steps plus the step with the best validation BLEU.
+Preservation: the last `keep` steps plus the best validated step: the highest BLEU, or
+the lowest loss for a run whose train.patience_metric is "loss" (`rank`).
 
 Integrity: "meta" also holds `state_crc32`, a CRC-32 of every array of the saved state.
 TensorStore reads a damaged data file back without complaint when only bytes changed
@@ -40,15 +41,21 @@ CHECKSUM_KEY = "state_crc32"
 EXPORT_KEY = "exported_params_dtype"
 
 
+def rank(metrics: dict) -> float:
+    """The ranking of a validated checkpoint by the figure saved with it (higher is
+    better): its validation BLEU, or minus its validation loss (train.patience_metric
+    "loss"). A run saves one of the two throughout: the key is locked on resume."""
+    return metrics["bleu"] if "bleu" in metrics else -metrics["loss"]
+
+
 def make_manager(directory: Path, keep: int, *, read_only: bool = False) -> ocp.CheckpointManager:
     """A CheckpointManager over `<workdir>/checkpoints` (created unless read_only)."""
     policy = cm.AnyPreservationPolicy([
         cm.LatestN(n=max(1, keep)),
-        cm.BestN(get_metric_fn=lambda m: m["bleu"], reverse=False, n=1,
-                 keep_checkpoints_without_metrics=False),
+        cm.BestN(get_metric_fn=rank, reverse=False, n=1, keep_checkpoints_without_metrics=False),
     ])
     options = ocp.CheckpointManagerOptions(
-        preservation_policy=policy, best_fn=lambda m: m["bleu"], best_mode="max",
+        preservation_policy=policy, best_fn=rank, best_mode="max",
         create=not read_only, read_only=read_only,
         cleanup_tmp_directories=not read_only,
     )
@@ -82,8 +89,9 @@ _SAVE_LOCK = threading.Lock()
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: dict, meta: dict,
-         bleu: float | None = None) -> None:
-    """Save asynchronously; `bleu` (validation BLEU at this step) ranks the best checkpoint.
+         metrics: dict[str, float] | None = None) -> None:
+    """Save asynchronously; `metrics` ({"bleu": ...} or {"loss": ...}, the validation at
+    this step by train.patience_metric) ranks the best checkpoint (`rank`).
 
     The CRC of `state` is computed (synchronously) and stored in meta before the save.
     Another manager's save still running in this process is waited for first.
@@ -97,7 +105,7 @@ def save(manager: ocp.CheckpointManager, step: int, state: dict, meta: dict,
             step,
             args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                     meta=ocp.args.JsonSave(meta)),
-            metrics=None if bleu is None else {"bleu": float(bleu)},
+            metrics=None if metrics is None else {k: float(v) for k, v in metrics.items()},
             force=True,
         )
         _LAST_SAVING[:] = [manager]
@@ -220,7 +228,7 @@ def abstract_of(tree):
 def choose_step(manager: ocp.CheckpointManager, which: str) -> int:
     """Resolve `best` | `last` | a step number to a saved step (UserError if impossible).
 
-    `best` is the step with the best validation BLEU: orbax's metrics when the checkpoints
+    `best` is the best validated step (`rank`): orbax's metrics when the checkpoints
     carry them, else the `best_step` the training loop stores in the newest checkpoint's
     meta item, else (that step no longer saved) the newest step.
     """

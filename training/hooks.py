@@ -41,8 +41,10 @@ class Tick:
 
     step: the step just trained (1 after the first); state: the train state after it;
     final: the run ends after this step (train.num_steps, the time budget or a signal, as
-    known when the step ended); signalled: a signal had arrived by then; bleu: set by
-    the validation hook when it ran at this step.
+    known when the step ended); signalled: a signal had arrived by then; ranked: set by
+    the validation hook when it ran at this step, the figure that ranks this step's
+    checkpoint ({"bleu": ...} or {"loss": ...}, train.patience_metric; empty when that
+    figure was not computed).
     """
 
     step: int
@@ -50,7 +52,7 @@ class Tick:
     final: bool
     stop: StopRequest
     signalled: bool = dataclasses.field(init=False)  # read from `stop` when made
-    bleu: float | None = None
+    ranked: dict[str, float] | None = None
     _stopping: bool | None = None
 
     def __post_init__(self) -> None:
@@ -187,7 +189,7 @@ class BudgetClock:
 class Saver:
     """The "checkpoint" hook: saves every `checkpoint.every_steps`, at the end, when the
     run finishes early (the time budget, patience), when a signal asks to stop, and after
-    every validation (whose BLEU ranks the best checkpoint)."""
+    every validation (whose figure ranks the best checkpoint)."""
 
     def __init__(self, manager, loop: LoopState, finished: Callable[[int], str],
                  train_seconds: Callable[[], float]):
@@ -195,12 +197,13 @@ class Saver:
                                                                       train_seconds)
 
     def also_due(self, tick: Tick) -> bool:
-        return tick.stopping or bool(self.finished(tick.step)) or tick.bleu is not None
+        return tick.stopping or bool(self.finished(tick.step)) or tick.ranked is not None
 
     def __call__(self, tick: Tick) -> None:
         check_finite(tick.state, self.manager)
         self.loop.train_seconds = self.train_seconds()
-        ckpt.save(self.manager, tick.step, tick.state, dataclasses.asdict(self.loop), tick.bleu)
+        ckpt.save(self.manager, tick.step, tick.state, dataclasses.asdict(self.loop),
+                  tick.ranked or None)
 
 
 def step_cap_warning(cfg_train, expected_last: int) -> str:

@@ -18,15 +18,32 @@ class LoopState:
 
     epoch: int = 0  # data position to resume from: epoch ...
     batch_index: int = 0  # ... and batch within it
-    best_bleu: float = -1.0  # best validation BLEU so far and its step
-    best_step: int = -1
-    bad_evals: int = 0  # validations since the best one (train.patience)
+    best_bleu: float = -1.0  # best validation BLEU so far (-1: none yet) ...
+    best_loss: float = -1.0  # ... lowest validation loss so far (-1: none yet) ...
+    best_step: int = -1  # ... and the step of the best by train.patience_metric
+    bad_evals: int = 0  # validations since that best one (train.patience)
     train_seconds: float = 0.0  # wall time spent training, over all sessions
     decay_start_seconds: float = -1.0  # train_seconds when warmup ended ("cosine_budget")
     data_sha256: str = ""  # fingerprints of the training pairs and tokenizer files ...
     tokenizer_sha256: str = ""
     # ... and of the plug-ins' input files, {name: SHA-256} (training/plugins.py)
     fingerprints: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def record_validation(self, step: int, bleu: float | None, loss: float,
+                          metric: str) -> None:
+        """Takes in the validation at `step` (BLEU None when it did not decode): the best
+        of each figure, and the best step and patience count by `metric` ("bleu" | "loss",
+        train.patience_metric)."""
+        bleu_gain = bleu is not None and bleu > self.best_bleu
+        loss_gain = self.best_loss < 0 or loss < self.best_loss
+        if bleu_gain:
+            self.best_bleu = bleu
+        if loss_gain:
+            self.best_loss = loss
+        if loss_gain if metric == "loss" else bleu_gain:
+            self.best_step, self.bad_evals = step, 0
+        else:
+            self.bad_evals += 1
 
     @classmethod
     def from_meta(cls, meta: dict) -> LoopState:
@@ -50,15 +67,16 @@ def itstime(step: int, every: int, final: bool = False) -> bool:
 def finished_reason(step: int, loop: LoopState, cfg_train) -> str:
     """Why a run at `step` with loop state `loop` has nothing left to train, or "" when it
     has: `train.num_steps` reached, its time budget (`train.max_minutes` of training) spent,
-    or `train.patience` validations without a BLEU gain. The one reading of "finished" for
-    the loop's stop, a resume of a finished run, and evaluate.py's check that seed runs
-    are done."""
+    or `train.patience` validations without a gain in `train.patience_metric`. The one
+    reading of "finished" for the loop's stop, a resume of a finished run, and
+    evaluate.py's check that seed runs are done."""
     if step >= cfg_train.num_steps:
         return f"train.num_steps ({cfg_train.num_steps}) reached"
     if cfg_train.max_minutes and loop.train_seconds > 60 * cfg_train.max_minutes:
         return "time budget"
     if cfg_train.patience and loop.bad_evals >= cfg_train.patience:
-        return f"no BLEU gain in {loop.bad_evals} evals"
+        metric = "loss" if cfg_train.get("patience_metric", "bleu") == "loss" else "BLEU"
+        return f"no validation {metric} gain in {loop.bad_evals} evals"
     return ""
 
 
