@@ -32,3 +32,21 @@ def finish(args, run, print_table) -> dict:
     if args.json:
         write_json(args.json, result)
     return result
+
+
+def load_run(workdir: Path, checkpoint: str, split: str, max_sentences: int = 0):
+    """A trained run loaded as evaluate.py loads it (config.json, tokenizer, orbax
+    checkpoint) and the first `max_sentences` (0 = all) pairs of `split` of its dataset.
+    Returns (cfg, tokenizer, loaded params: evaluation.loading.load_params's, sources,
+    references)."""
+    from configs import resolved
+    from data.corpora import load_corpus
+    from evaluation.loading import load_params, load_tokenizer
+
+    cfg = resolved.load_config_json(workdir)
+    tokenizer = load_tokenizer(workdir, cfg)
+    loaded = load_params(workdir, checkpoint, cfg=cfg, tokenizer=tokenizer)
+    sources, references = load_corpus(cfg.data, split)
+    if max_sentences:
+        sources, references = sources[:max_sentences], references[:max_sentences]
+    return cfg, tokenizer, loaded, sources, references

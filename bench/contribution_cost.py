@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import finish  # noqa: E402
+from bench import finish, load_run  # noqa: E402
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -33,17 +33,10 @@ def run(args: argparse.Namespace) -> dict:
     import jax
     import numpy as np
 
-    from configs import resolved
-    from data.corpora import load_corpus
-    from evaluation.loading import load_params, load_tokenizer
     from models.translate import record_maps_grouped
 
-    cfg = resolved.load_config_json(args.workdir)
-    tokenizer = load_tokenizer(args.workdir, cfg)
-    loaded = load_params(args.workdir, args.checkpoint, cfg=cfg, tokenizer=tokenizer)
-    sources, _ = load_corpus(cfg.data, args.split)
-    if args.max_sentences:
-        sources = sources[:args.max_sentences]
+    cfg, tokenizer, loaded, sources, _ = load_run(args.workdir, args.checkpoint, args.split,
+                                                  args.max_sentences)
     source_ids = tokenizer.encode_source(sources)
     seconds: dict[str, list[float]] = {"weights": [], "contributions": []}
     maps = {}

@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import finish  # noqa: E402
+from bench import finish, load_run  # noqa: E402
 from bench.flops import count_matmul_params  # noqa: E402
 from bench.matmul_peak import DEFAULT_SIZES, device_info, measure_peaks, parse_sizes  # noqa: E402
 from bench.train_throughput import device_peak_mb, peak_rss_mb  # noqa: E402
@@ -53,17 +53,10 @@ def run(args: argparse.Namespace) -> dict:
     """The whole benchmark; returns the JSON result."""
     import jax
 
-    from configs import resolved
-    from data.corpora import load_corpus
     from evaluation.corpus import score, translate_lines
-    from evaluation.loading import load_params, load_tokenizer
 
-    cfg = resolved.load_config_json(args.workdir)
-    tokenizer = load_tokenizer(args.workdir, cfg)
-    loaded = load_params(args.workdir, args.checkpoint, cfg=cfg, tokenizer=tokenizer)
-    sources, references = load_corpus(cfg.data, args.split)
-    if args.max_sentences:
-        sources, references = sources[:args.max_sentences], references[:args.max_sentences]
+    cfg, tokenizer, loaded, sources, references = load_run(
+        args.workdir, args.checkpoint, args.split, args.max_sentences)
     batch_size = args.batch_size or int(cfg.eval.batch_size)
 
     passes = []
