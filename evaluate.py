@@ -12,8 +12,9 @@ Flags (defaults in brackets):
   --source, --reference  any text file (plain or gzip; `-` = stdin) instead of --split;
                        without --reference only translations are written
   --checkpoint         best | last | STEP [best; `last` with --average_last]. `best` is the
-                       step with the highest validation BLEU (orbax metrics, or the
-                       `best_step` the training loop records when no metrics are stored)
+                       step with the highest validation BLEU, or the lowest validation
+                       loss for a run with train.patience_metric=loss (orbax metrics, or
+                       the `best_step` the training loop records when none are stored)
   --average_last N     average the parameters of the N most recent saved checkpoints up
                        to and including --checkpoint's step [0 = off]
   --beam_size          1 = greedy [the config's eval.beam_size]
