@@ -227,26 +227,18 @@ def test_config_diff():
     assert resume.config_diff(old.to_dict(), json.loads(resolved.config_to_json(old))) == []
 
 
-def test_validate_config_errors():
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("model.num_heads", 3, "d_model=256 is not divisible by model.num_heads=3"),
+    ("data.target_lang", "de", "both 'de'"),
+    ("data.spm_model_type", "wordpiece", "spm_model_type must be one of unigram, bpe"),
+    ("data.spm_normalization", "nfc", "spm_normalization must be one of nmt_nfkc, nmt_nfkc_cf"),
+    ("model.embedding_grad", "sorted", "model.embedding_grad must be one of auto, scatter, one_hot"),
+])
+def test_validate_config_errors(key, value, message):
     cfg = base.get_config()
-    cfg.model.num_heads = 3
-    with pytest.raises(UserError, match="d_model=256 is not divisible by model.num_heads=3"):
-        validation.validate_config(cfg)
-    cfg = base.get_config()
-    cfg.data.target_lang = "de"
-    with pytest.raises(UserError, match="both 'de'"):
-        validation.validate_config(cfg)
-    cfg = base.get_config()
-    cfg.data.spm_model_type = "wordpiece"
-    with pytest.raises(UserError, match="spm_model_type must be one of unigram, bpe"):
-        validation.validate_config(cfg)
-    cfg = base.get_config()
-    cfg.data.spm_normalization = "nfc"
-    with pytest.raises(UserError, match="spm_normalization must be one of nmt_nfkc, nmt_nfkc_cf"):
-        validation.validate_config(cfg)
-    cfg = base.get_config()
-    cfg.model.embedding_grad = "sorted"
-    with pytest.raises(UserError, match="model.embedding_grad must be one of auto, scatter, one_hot"):
+    group, name = key.split(".")
+    cfg[group][name] = value
+    with pytest.raises(UserError, match=message):
         validation.validate_config(cfg)
 
 
