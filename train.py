@@ -214,12 +214,11 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
 
     def validation(tick: Tick) -> None:
         check_finite(tick.state, manager)
-        figures = validate(cfg, graphdef, tick.state["params"], eval_step, tokenizer, valid,
-                           tick.step, log, workdir)
+        figures = tick.valid = validate(cfg, graphdef, tick.state["params"], eval_step,
+                                        tokenizer, valid, tick.step, log, workdir)
         metric = cfg.train.patience_metric
         loop.record_validation(tick.step, figures["bleu"], figures["loss"], metric)
-        tick.ranked = {} if figures[metric] is None else {metric: figures[metric]}
-        said = (f"valid BLEU {figures['bleu']:.2f}, " if figures["bleu"] is not None else "")
+        said = f"valid BLEU {figures['bleu']:.2f}, " if figures["bleu"] is not None else ""
         best = f"{loop.best_bleu:.2f}" if metric == "bleu" else f"loss {loop.best_loss:.4f}"
         progress.write(f"{tag}step {tick.step}: {said}loss {figures['loss']:.4f} "
                        f"(best {best} at step {loop.best_step})")
@@ -230,7 +229,8 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     clock = BudgetClock(cfg.train, loop)
     logger = MetricsLogger(log, learning_rate_schedule(cfg.train), clock, manager, progress,
                            lambda: compile_timer.seconds)
-    saver = Saver(manager, loop, lambda at: finished_reason(at, loop, cfg.train), train_seconds)
+    saver = Saver(manager, loop, lambda at: finished_reason(at, loop, cfg.train), train_seconds,
+                  cfg.train.patience_metric)
     hooks = [Hook("budget", 1, clock),  # first: the factor the step just trained with
              Hook("log", cfg.train.log_every_steps, logger),
              Hook("validate", cfg.eval.every_steps, validation, at_end=Tick.ends_unsignalled),

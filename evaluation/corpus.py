@@ -234,8 +234,8 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
                               batch_size=cfg.eval.batch_size, bucket_step=cfg.data.bucket_step)
     protocol = protocol_of(cfg.data)
     scores = score(hyps, list(targets), text_protocol=protocol)
-    log.write(step, "valid", **losses, bleu=scores["bleu"], chrf=scores["chrf"], decode="greedy" if cfg.eval.beam_size == 1 else "beam",
-              num_sentences=len(sources),
+    log.write(step, "valid", **losses, bleu=scores["bleu"], chrf=scores["chrf"],
+              decode="greedy" if cfg.eval.beam_size == 1 else "beam", num_sentences=len(sources),
               **({} if protocol == RAW else {"text_protocol": protocol}))
     n = cfg.attention_maps.num_examples
     if cfg.attention_maps.enabled and n > 0 and jax.process_index() == 0:

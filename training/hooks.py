@@ -41,10 +41,9 @@ class Tick:
 
     step: the step just trained (1 after the first); state: the train state after it;
     final: the run ends after this step (train.num_steps, the time budget or a signal, as
-    known when the step ended); signalled: a signal had arrived by then; ranked: set by
-    the validation hook when it ran at this step, the figure that ranks this step's
-    checkpoint ({"bleu": ...} or {"loss": ...}, train.patience_metric; empty when that
-    figure was not computed).
+    known when the step ended); signalled: a signal had arrived by then; valid: set by
+    the validation hook when it ran at this step, its figures {"loss": ..., "bleu": ...}
+    (bleu None when it did not decode).
     """
 
     step: int
@@ -52,7 +51,7 @@ class Tick:
     final: bool
     stop: StopRequest
     signalled: bool = dataclasses.field(init=False)  # read from `stop` when made
-    ranked: dict[str, float] | None = None
+    valid: dict[str, float | None] | None = None
     _stopping: bool | None = None
 
     def __post_init__(self) -> None:
@@ -189,21 +188,24 @@ class BudgetClock:
 class Saver:
     """The "checkpoint" hook: saves every `checkpoint.every_steps`, at the end, when the
     run finishes early (the time budget, patience), when a signal asks to stop, and after
-    every validation (whose figure ranks the best checkpoint)."""
+    every validation (whose figure named by `metric`, train.patience_metric, ranks the
+    best checkpoint)."""
 
     def __init__(self, manager, loop: LoopState, finished: Callable[[int], str],
-                 train_seconds: Callable[[], float]):
+                 train_seconds: Callable[[], float], metric: str):
         self.manager, self.loop, self.finished, self.train_seconds = (manager, loop, finished,
                                                                       train_seconds)
+        self.metric = metric
 
     def also_due(self, tick: Tick) -> bool:
-        return tick.stopping or bool(self.finished(tick.step)) or tick.ranked is not None
+        return tick.stopping or bool(self.finished(tick.step)) or tick.valid is not None
 
     def __call__(self, tick: Tick) -> None:
         check_finite(tick.state, self.manager)
         self.loop.train_seconds = self.train_seconds()
+        value = None if tick.valid is None else tick.valid[self.metric]
         ckpt.save(self.manager, tick.step, tick.state, dataclasses.asdict(self.loop),
-                  tick.ranked or None)
+                  None if value is None else {self.metric: value})
 
 
 def step_cap_warning(cfg_train, expected_last: int) -> str:
