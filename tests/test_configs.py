@@ -102,6 +102,7 @@ def test_experiment_specifics():
     assert (cpu.train.schedule, cpu.eval.length_penalty, cpu.eval.every_steps) == (
         "cosine_budget", 1.0, 2000)
     assert cpu.train.num_steps >= 100_000  # the budget, not a step cap, ends the cosine
+    assert (cpu.data.pack_length, cpu.train.batch_tokens) == (64, 3328)  # one packed shape
     # The alignment config: both directions, the gold pairs' own training files.
     for arg, (src, tgt) in (("", ("de", "en")), (":en-de", ("en", "de"))):
         align = parse(["prog", f"--config={ROOT / 'configs/align_de_en.py'}{arg}"])
