@@ -18,6 +18,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 from conftest import run_module, run_script
 
 FIXTURE = Path(__file__).parent / "fixtures" / "workdir_cef8104"
@@ -51,6 +52,7 @@ def test_resume_of_a_workdir_written_before_the_restructure(tmp_path):
     assert_same_params(workdir, FIXTURE / "params_step40.npz")
 
 
+@pytest.mark.slow  # trains and resumes an alignment run: about 80 s on a cold compilation cache
 def test_resume_of_an_alignment_run_written_before_the_plugin(tmp_path):
     from alignment.plugin import AlignmentTransformer
     from evaluation.loading import load_params
