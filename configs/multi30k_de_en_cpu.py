@@ -6,11 +6,11 @@ ends when the 60 minutes do (`train.schedule = "cosine_budget"`, whatever the ma
 speed), one packed batch shape, greedy validation every 2,000 steps; read with beam 5,
 length penalty 1.0, on the last checkpoint.
 
-Expected: above test_2016_flickr 41.3 cased / 41.6 lc-tok BLEU on a 2-core Intel Xeon,
-which the recipe read with padded batches (about 6,100 steps; README table; the target is
-not met); packing gave +0.90 and +1.67 cased validation BLEU over padding on two seeds
-(docs/results.md), its 2-core hour not yet read. Cost: 60 minutes of training; a slower
-machine gets fewer steps and a lower score.
+Expected: not yet read with packed batches. With padded ones the recipe read
+test_2016_flickr 41.3 cased / 41.6 lc-tok BLEU on a 2-core Intel Xeon (README table; the
+target is not met), and packing beat padding on validation at two seeds (docs/results.md,
+"The CPU-budget recipe"). Cost: 60 minutes of training; a slower machine gets fewer steps
+and a lower score.
 
     python train.py --config configs/multi30k_de_en_cpu.py --workdir runs/de_en_cpu
     python evaluate.py --workdir runs/de_en_cpu --split test --beam_size 5 --checkpoint last
@@ -27,9 +27,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.vocab_size = 6000
     config.data.spm_model_type = "unigram"
     config.data.bucket_step = 8  # validation and test batches stay in length buckets
-    # One packed shape: the hour goes to steps, not to compiling a program per bucket
-    # (about 20% more steps). 3,328 packed tokens carry about the target tokens of the
-    # padded recipe's 4,096 (2,973 against 3,011 a batch).
+    # One packed shape: the hour goes to steps, not to compiling a program per bucket.
+    # 3,328 packed tokens carry about the target tokens of the padded recipe's 4,096.
     config.data.pack_length = 64
     config.train.batch_tokens = 3328
     config.model.dropout = 0.2
