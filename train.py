@@ -199,7 +199,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
 
     # 3. The loop: one step, then the periodic work due after it (training/hooks.py).
     train_step = (slot.make_step if slot else make_train_step)(graphdef, cfg.train, plugins=plugins)
-    eval_step = make_eval_step(graphdef, cfg.train.label_smoothing)
+    eval_step = (slot.make_eval_step if slot else make_eval_step)(graphdef, cfg.train.label_smoothing)
     stop = slot.stop if slot else StopRequest()
     batches = prefetch(device_batches(batcher.iterate(loop.epoch, loop.batch_index), mesh))
     budget = f" (stops after {cfg.train.max_minutes:g} min)" if cfg.train.max_minutes else ""

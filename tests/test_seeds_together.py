@@ -24,7 +24,7 @@ from conftest import REPO, run_script
 
 from configs import smoke
 from training.loop import StopRequest
-from training.step import create_train_state, make_train_step
+from training.step import create_train_state, make_eval_step, make_train_step
 from training.together import SeedGroup, batch_groups
 
 STEPS = 30
@@ -127,6 +127,31 @@ def test_a_seed_that_leaves_frees_the_others():
         group.leave(1)
         new, metrics = step(state, _batch(np.random.default_rng(1), 8, 16, 50))
         assert int(new["step"]) == 1 and float(metrics["tokens"]) > 0
+    finally:
+        stop.restore()
+
+
+def test_the_seeds_share_one_eval_program():
+    """Validation of N seeds compiles each batch shape once, not N times: every slot gets
+    the group's one jitted eval step, which gives each seed's own sums."""
+    cfg = smoke.get_config()
+    stop = StopRequest()
+    try:
+        group = SeedGroup([0, 1], stop)
+        graphdef, state0 = create_train_state(cfg, 50, 50)
+        cfg.train.seed = 1
+        _, state1 = create_train_state(cfg, 50, 50)
+        shared = [group.slot(seed).make_eval_step(graphdef, 0.1) for seed in (0, 1)]
+        assert shared[0] is shared[1]
+        batch = _batch(np.random.default_rng(2), 8, 16, 50)
+        alone = make_eval_step(graphdef, 0.1)
+        for state in (state0, state1):
+            got, want = shared[0](state["params"], batch), alone(state["params"], batch)
+            for key in want:
+                np.testing.assert_allclose(got[key], want[key], rtol=1e-6, err_msg=key)
+        assert shared[0]._cache_size() == 1
+        assert float(shared[0](state0["params"], batch)["loss_sum"]) != float(
+            shared[0](state1["params"], batch)["loss_sum"])
     finally:
         stop.restore()
 

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from training.loop import StopRequest
-from training.step import make_train_step
+from training.step import make_eval_step, make_train_step
 
 
 class SharedStop:
@@ -60,8 +60,9 @@ class SharedStop:
 
 
 class SeedSlot:
-    """What one seed's `train` takes from the group: `stop` (a `SharedStop`) and
-    `make_step`, a stand-in for `make_train_step` whose step runs with the other seeds'."""
+    """What one seed's `train` takes from the group: `stop` (a `SharedStop`),
+    `make_step`, a stand-in for `make_train_step` whose step runs with the other seeds',
+    and `make_eval_step`, the group's one eval step."""
 
     def __init__(self, group: SeedGroup, seed: int):
         self.group, self.seed, self.stop = group, seed, group.stop
@@ -78,6 +79,12 @@ class SeedSlot:
         key = jax.random.key(cfg_train.seed)
         return functools.partial(self.group.step, self.seed, key)
 
+    def make_eval_step(self, graphdef, label_smoothing: float) -> Callable:
+        """`make_eval_step`'s jitted `(params, batch) -> sums`, one for the whole group: the
+        seeds' models differ only in their parameters, so one program per batch shape
+        serves them all (each seed's own would compile the same programs N times)."""
+        return self.group.shared_eval_step(graphdef, label_smoothing)
+
 
 class SeedGroup:
     """The rendezvous of the seeds' train steps: once every seed still training has
@@ -93,6 +100,7 @@ class SeedGroup:
         self._pending: dict[int, tuple] = {}  # seed -> (key, state, batch, lr_scale)
         self._results: dict[int, object] = {}  # seed -> (state, metrics) or an exception
         self._program: Callable | None = None
+        self._eval_step: Callable | None = None
         self._rdrop = False
         self.programs_run = 0  # calls of the jitted program (tests count them)
 
@@ -106,6 +114,13 @@ class SeedGroup:
             if self._program is None:
                 self._program = jax.jit(functools.partial(_together, step_fn), donate_argnums=0)
                 self._rdrop = rdrop
+
+    def shared_eval_step(self, graphdef, label_smoothing: float) -> Callable:
+        """The first seed's `make_eval_step(graphdef, label_smoothing)`, for every seed."""
+        with self._cond:
+            if self._eval_step is None:
+                self._eval_step = make_eval_step(graphdef, label_smoothing)
+            return self._eval_step
 
     def step(self, seed: int, key: jax.Array, state: dict, batch: dict, lr_scale=None):
         with self._cond:
