@@ -12,4 +12,6 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_COMPILATION_CACHE_DIR=/tmp/xla_ca
 export XLA_FLAGS="${XLA_FLAGS:---xla_gpu_autotune_level=0 --xla_gpu_enable_triton_gemm=false}"
 # flax.nnx too: `import flax` alone passed with a flax that fails on the device's JAX.
 python3 -c "import jax, flax, flax.nnx, optax, orbax.checkpoint, sacrebleu, sacremoses, sentencepiece, ml_collections, tensorboardX; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'orbax', orbax.checkpoint.__version__, jax.devices())" || exit 1
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+if command -v nvidia-smi >/dev/null; then  # (a machine without it is no failure)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+fi

@@ -6,21 +6,27 @@ scripts/gpu_window.sh, which prepares the machine first):
      persistent compilation cache first, so the measured run is a relaunch that finds
      its programs compiled; both are timed. A measured run cut by the deadline is
      projected to its last step at its steady ms/step.
-  2. seeds: `--seeds N --together` (default 8) against one seed: ms per step of each
-     between two train logs after warm-up (no validation in between); the one seed is
-     the measured recipe run, same config and machine.
-  3. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
-  4. sweep: scripts/sweep.py on a plan with the minutes left (results and, per run, the
+  2. seeds: one seed, then `--seeds N --together` (default 8), both for `--seed_steps`
+     on one packed batch shape (`--seeds_override`, default the plan's `packed` variant:
+     with padded buckets the seeds' batches differ in shape at a step, and each (shape,
+     group of seeds) is a program to compile; bench/README.md, "A lent H200 window"):
+     ms per step of each between two train logs after warm-up (no validation between).
+  3. profile: bench/step_profile.py on the recipe's model (tiny) at 4,096 tokens: step
+     against dispatch time and the device-busy time of a trace (host- or device-bound).
+  4. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
+  5. sweep: scripts/sweep.py on a plan with the minutes left (results and, per run, the
      newest checkpoints handed back to finish elsewhere).
 
-    python scripts/gpu_window.py [--phases recipe,seeds,peer,sweep] [--deadline_s 570]
-        [--results $OUT/results/bench] [--work /tmp/gpu_window] [--plan PLAN.toml]
+    python scripts/gpu_window.py [--phases recipe,seeds,profile,peer,sweep]
+        [--deadline_s 570] [--results $OUT/results/bench] [--work /tmp/gpu_window]
+        [--plan PLAN.toml]
 
-Writes `<results>/gpu_tiny_recipe_time_to_result.json`, `gpu_seeds_together.json` and
-(bench/gpu_peer.py) `gpu_peer*.json`, each naming the device; the sweep's results go to
-`<results>/../sweep` (`--sweep_out`). A phase that does not fit in the time left is
-skipped and says so. On a CPU, `--config configs/smoke.py` with a few steps tries the
-whole flow (tests/test_sweep.py).
+Writes `<results>/gpu_tiny_recipe_time_to_result.json`, `gpu_seeds_together.json`,
+`gpu_step_profile_tiny.json` and (bench/gpu_peer.py) `gpu_peer*.json`, each naming the
+device, and the measured runs' metrics.jsonl in `<results>/../runs/`; the sweep's
+results go to `<results>/../sweep` (`--sweep_out`). A phase that does not fit in the
+time left is skipped. On a CPU, `--config configs/smoke.py` with a few steps tries the
+recipe and seeds phases (tests/test_gpu_window.py).
 """
 
 from __future__ import annotations
@@ -96,6 +102,7 @@ def phase_recipe(args, left) -> dict:
     code, cut = run_process(measured, args.work / "recipe_run.log", left())
     wall = time.time() - start
     log = events(work / "run")
+    keep_metrics(args, work / "run", "recipe_run")
     train = [e for e in log if e["split"] == "train"]
     last = train[-1]["step"] if train else 0
     ms = steady_ms_per_step(work / "run", after=args.log_every)
@@ -113,33 +120,66 @@ def phase_recipe(args, left) -> dict:
     return result
 
 
-def phase_seeds(args, left, one_seed_ms: float | None) -> dict:
-    """`--seeds N --together` for --seed_steps steps; ms per (all-seeds) step."""
-    parent = args.work / "seeds"
-    argv = train_argv(args.config, parent, args.override,
-                      f"--config.train.num_steps={args.seed_steps}",
-                      "--config.eval.every_steps=0", "--config.eval.max_sentences=8",
-                      "--config.eval.beam_size=1", "--config.checkpoint.every_steps=100000",
-                      "--config.attention_maps.enabled=False", f"--config.train.log_every_steps={args.log_every}",
-                      "--seeds", str(args.seeds), "--together")
-    start = time.time()
-    code, cut = run_process(argv, args.work / "seeds.log", left())
-    per_seed = [steady_ms_per_step(parent / f"seed{k}", after=args.log_every)
-                for k in range(args.seeds)]
-    together = max((ms for ms in per_seed if ms is not None), default=None)
-    return {"command": " ".join(argv[1:]), "exit_code": code, "cut": cut,
-            "wall_seconds": round(time.time() - start, 1), "seeds": args.seeds,
-            "ms_per_step_together": together, "ms_per_step_by_seed": per_seed,
-            "ms_per_step_one_seed": one_seed_ms,
-            "one_seed_from": "the recipe phase's measured run (same config and machine)",
-            "ratio_together_to_one": round(together / one_seed_ms, 3)
-            if together and one_seed_ms else None,
+def phase_seeds(args, left) -> dict:
+    """One seed, then `--seeds N --together`, each for --seed_steps steps on the same
+    config and overrides; ms per (all-seeds) step of each."""
+    def run(name: str, *more: str) -> tuple[dict, list[Path]]:
+        parent = args.work / name
+        argv = train_argv(args.config, parent, [*args.override, *args.seeds_override],
+                          f"--config.train.num_steps={args.seed_steps}",
+                          "--config.eval.every_steps=0", "--config.eval.max_sentences=8",
+                          "--config.eval.beam_size=1", "--config.checkpoint.every_steps=100000",
+                          "--config.attention_maps.enabled=False",
+                          f"--config.train.log_every_steps={args.log_every}", *more)
+        start = time.time()
+        code, cut = run_process(argv, args.work / f"{name}.log", left())
+        workdirs = [parent / f"seed{k}" for k in range(args.seeds)] if more else [parent]
+        return {"command": " ".join(argv[1:]), "exit_code": code, "cut": cut,
+                "wall_seconds": round(time.time() - start, 1),
+                "compile_seconds": last_compile_seconds(workdirs[0])}, workdirs
+
+    one, (one_dir,) = run("one_seed")
+    keep_metrics(args, one_dir, "seeds_one")
+    together, dirs = run("seeds", "--seeds", str(args.seeds), "--together")
+    for k, workdir in enumerate(dirs):
+        keep_metrics(args, workdir, f"seeds_together_seed{k}")
+    one_ms = steady_ms_per_step(one_dir, after=args.log_every)
+    per_seed = [steady_ms_per_step(workdir, after=args.log_every) for workdir in dirs]
+    together_ms = None if None in per_seed else max(per_seed)
+    return {"seeds": args.seeds, "steps": args.seed_steps, "overrides": args.seeds_override,
+            "one_seed": {**one, "ms_per_step": one_ms},
+            "together": {**together, "ms_per_step": together_ms,
+                         "ms_per_step_by_seed": per_seed},
+            "ratio_together_to_one": round(together_ms / one_ms, 3)
+            if together_ms and one_ms else None,
             "target_ratio": 2.0}
+
+
+def phase_profile(args, left) -> tuple[int, bool]:
+    """bench/step_profile.py: the recipe's model (tiny) on one 4,096-token batch shape."""
+    argv = [sys.executable, "bench/step_profile.py", "--size", "tiny", "--batch_tokens", "4096",
+            "--variants", "pure", "--trace", str(args.work / "trace"),
+            "--json", str(args.results / "gpu_step_profile_tiny.json")]
+    return run_process(argv, args.work / "profile.log", left())
+
+
+def last_compile_seconds(workdir: Path) -> float | None:
+    train = [e for e in events(workdir) if e["split"] == "train"]
+    return train[-1].get("compile_seconds") if train else None
+
+
+def keep_metrics(args, workdir: Path, name: str) -> None:
+    """A measured run's metrics.jsonl (its steps' times, input waits, compile seconds),
+    back with the results as `<results>/../runs/<name>.metrics.jsonl`."""
+    source = workdir / "metrics.jsonl"
+    if source.is_file():
+        (args.results.parent / "runs").mkdir(parents=True, exist_ok=True)
+        (args.results.parent / "runs" / f"{name}.metrics.jsonl").write_bytes(source.read_bytes())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--phases", default="recipe,seeds,peer,sweep")
+    parser.add_argument("--phases", default="recipe,seeds,profile,peer,sweep")
     parser.add_argument("--deadline_s", type=float, default=570.0,
                         help="seconds from start to the last phase's end [570]")
     parser.add_argument("--config", default="configs/multi30k_de_en.py")
@@ -148,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8000, help="the recipe's last step")
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--seed_steps", type=int, default=600)
+    parser.add_argument("--seeds_override", action="append", default=None,
+                        help="a --config.KEY=VALUE flag of the seeds phase's runs (repeatable) "
+                             "[the plan's `packed` variant: pack_length 64, batch_tokens 2944]")
     parser.add_argument("--log_every", type=int, default=100)
     parser.add_argument("--results", type=Path,
                         default=Path(os.environ.get("OUT", "/tmp/out")) / "results" / "bench")
@@ -156,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", default="scripts/plans/anchors.toml")
     parser.add_argument("--peer_args", default="", help="more flags for bench/gpu_peer.py")
     args = parser.parse_args(argv)
+    if args.seeds_override is None:
+        args.seeds_override = ["--config.data.pack_length=64", "--config.train.batch_tokens=2944"]
     start = time.time()
     phases = [p for p in args.phases.split(",") if p]
     args.results.mkdir(parents=True, exist_ok=True)
@@ -166,16 +211,17 @@ def main(argv: list[str] | None = None) -> int:
 
     device = device_name()
     print(f"gpu_window: {device}; phases {phases}; {args.deadline_s:.0f} s", flush=True)
-    one_seed_ms = None
     if "recipe" in phases:
         result = {"device": device, **phase_recipe(args, left)}
-        one_seed_ms = result["run"]["ms_per_step_steady"]
         write_json(args.results / "gpu_tiny_recipe_time_to_result.json", result)
         print(f"gpu_window: recipe {json.dumps(result['run'])}", flush=True)
     if "seeds" in phases and left() > 60:
-        result = {"device": device, **phase_seeds(args, left, one_seed_ms)}
+        result = {"device": device, **phase_seeds(args, left)}
         write_json(args.results / "gpu_seeds_together.json", result)
         print(f"gpu_window: seeds {json.dumps(result)}", flush=True)
+    if "profile" in phases and left() > 90:
+        code, cut = phase_profile(args, left)
+        print(f"gpu_window: profile exit {code}{' (deadline)' if cut else ''}", flush=True)
     if "peer" in phases and left() > 120:
         argv = [sys.executable, "bench/gpu_peer.py", "--json", str(args.results / "gpu_peer.json"),
                 *args.peer_args.split()]

@@ -1,0 +1,72 @@
+"""scripts/gpu_window.{sh,py}, the lent-GPU window's one command, tried on the CPU with the
+smoke config: the recipe and seeds phases write their JSONs and bring back the measured
+runs' metrics, and the shell wrapper hands everything back as one archive in parts."""
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+from conftest import REPO
+
+SMOKE = ("--config", "configs/smoke.py", "--steps", "40", "--log_every", "10")
+
+
+@pytest.mark.slow
+def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
+    results, work = tmp_path / "out" / "results" / "bench", tmp_path / "work"
+    done = subprocess.run(
+        [sys.executable, "scripts/gpu_window.py", *SMOKE, "--phases", "recipe,seeds",
+         "--seeds", "2", "--seed_steps", "20", "--seeds_override=--config.data.pack_length=64",
+         "--results", str(results), "--work", str(work), "--deadline_s", "500"],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    recipe = json.loads((results / "gpu_tiny_recipe_time_to_result.json").read_text())
+    assert recipe["device"] and recipe["warmup"]["exit_code"] == 0
+    run = recipe["run"]
+    assert (run["exit_code"], run["last_step"], run["projected"]) == (0, 40, False)
+    assert run["launch_to_last_step_s"] == run["launch_to_exit_s"] > 0
+    assert run["ms_per_step_steady"] > 0 and "40" in run["valid_bleu"]
+
+    seeds = json.loads((results / "gpu_seeds_together.json").read_text())
+    assert seeds["overrides"] == ["--config.data.pack_length=64"]
+    assert seeds["one_seed"]["exit_code"] == 0 and seeds["together"]["exit_code"] == 0
+    assert "--together" in seeds["together"]["command"]
+    assert "--together" not in seeds["one_seed"]["command"]
+    by_seed = seeds["together"]["ms_per_step_by_seed"]
+    assert len(by_seed) == 2 and all(ms > 0 for ms in by_seed)
+    assert seeds["ratio_together_to_one"] == pytest.approx(
+        max(by_seed) / seeds["one_seed"]["ms_per_step"], rel=1e-2)
+
+    runs = results.parent / "runs"
+    for name in ("recipe_run", "seeds_one", "seeds_together_seed0", "seeds_together_seed1"):
+        steps = [json.loads(line)["step"] for line in
+                 (runs / f"{name}.metrics.jsonl").read_text().splitlines()]
+        assert steps[-1] == (40 if name == "recipe_run" else 20), name
+    assert {p.name for p in (results.parent / "logs").iterdir()} >= {
+        "recipe_warmup.log", "recipe_run.log", "one_seed.log", "seeds.log"}
+
+
+def test_the_wrapper_hands_back_one_archive_in_parts(tmp_path):
+    """gpu_window.sh (no phase): the machine check of device_env.sh passes here, and what
+    gpu_window.py left under $OUT/results comes back as gpu_window.tgz.part00, ..."""
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    shim = shims / "python3"  # device_env.sh and gpu_window.sh call `python3`
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    shim.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "NO_WHL": "1",
+           "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "scripts/gpu_window.sh", "--phases", "",
+                           "--work", str(tmp_path / "work")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_window.tgz.part00"]
+    whole = tmp_path / "whole.tgz"
+    whole.write_bytes(b"".join(p.read_bytes() for p in sorted(out.glob("gpu_window.tgz.part*"))))
+    with tarfile.open(whole) as archive:
+        assert "results/bench" in archive.getnames()
