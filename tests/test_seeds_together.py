@@ -65,7 +65,8 @@ def _batch(rng: np.random.Generator, rows: int, length: int, vocab: int) -> dict
 def test_program_of_seeds_equals_each_seed_alone():
     """Three steps of two seeds through a SeedGroup (their batches of 8 and 6 rows, then of
     different lengths) against each seed's own jitted step: same parameters, optimizer
-    state, step counters and metrics; one program per step while the lengths agree."""
+    state, step counters and metrics; one call per step while the lengths agree, and
+    each call steps both seeds, keeping the group's new states only."""
     configs = []
     for seed in (0, 1):
         cfg = smoke.get_config()
@@ -106,6 +107,10 @@ def test_program_of_seeds_equals_each_seed_alone():
                 for key in want:
                     np.testing.assert_allclose(got[key], want[key], rtol=1e-5, err_msg=key)
         assert group.programs_run == 4
+        # One compiled program per set of input shapes, not per group of seeds: step 3's
+        # two calls each step both seeds (the other on an all-pad batch), the first with
+        # step 2's shapes.
+        assert group._program._cache_size() == 3
     finally:
         stop.restore()
     for seed in (0, 1):

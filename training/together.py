@@ -12,13 +12,18 @@ per-seed array work and each seed's checkpoint is what training it alone would s
 
 Batches: each seed has its own batcher (seed k), so at one step the seeds' padded
 batches may differ in shape. Seeds whose batches differ only in their number of rows
-share one program: the shorter ones get all-pad rows, which carry no loss weight
+share one call: the shorter ones get all-pad rows, which carry no loss weight
 (data/batching.py), and dropout masks are drawn by flat element index with rows leading
 (attention/dropout.py), so the real rows keep their masks and each seed's update is the
 one it makes alone (to float rounding). Seeds whose sequence lengths differ (or any
-shape, with R-Drop, which stacks the batch twice) run as separate groups of that step,
-each one vmapped program. With packed batches (`data.pack_length`, data/packing.py)
-every seed's batch has the run's one shape, so every step is one program.
+shape, with R-Drop, which stacks the batch twice) are groups of that step, one call of
+the program each: every call steps all N seeds, those outside the group on an all-pad
+batch of the group's shape, and keeps only the group's new states (`active`), so the
+program compiles once per batch shape, as a seed alone does, whatever the seeds' mix
+(a program per group of seeds cost 100 s of compiling each for 8 seeds on an H200,
+most steps meeting a new one; bench/README.md, "A lent H200 window"). With packed
+batches (`data.pack_length`, data/packing.py) every seed's batch has the run's one
+shape, so every step is one call.
 
 Threads: seeds are set up one after another (tokenizer, data cache, restore), each
 starting once the one before it has reached its first step; SIGINT / SIGTERM are
@@ -155,13 +160,20 @@ class SeedGroup:
             return
         pending, self._pending = self._pending, {}
         try:
-            for seeds in batch_groups({k: v[2] for k, v in pending.items()}, self._rdrop):
-                keys, states, batches, scales = zip(*(pending[k] for k in seeds), strict=True)
-                new_states, metrics = self._program(
-                    states, batches, None if scales[0] is None else scales, keys)
+            seeds = sorted(pending)
+            keys, states, batches, scales = zip(*(pending[k] for k in seeds), strict=True)
+            scales = None if scales[0] is None else scales
+            metrics_of = {}
+            for group in batch_groups(dict(zip(seeds, batches, strict=True)), self._rdrop):
+                blank = {name: jnp.zeros(x.shape, x.dtype) for name, x in batches[
+                    seeds.index(group[0])].items()}  # all pad: no loss weight
+                states, metrics = self._program(
+                    states, tuple(b if k in group else blank for k, b in zip(seeds, batches,
+                                                                            strict=True)),
+                    scales, keys, jnp.asarray([k in group for k in seeds]))
                 self.programs_run += 1
-                self._results.update(zip(seeds, zip(new_states, metrics, strict=True),
-                                         strict=True))
+                metrics_of.update((k, metrics[i]) for i, k in enumerate(seeds) if k in group)
+            self._results.update((k, (states[i], metrics_of[k])) for i, k in enumerate(seeds))
         except Exception as err:  # noqa: BLE001 - every waiting seed raises it
             for seed in pending:
                 self._results.setdefault(seed, err)
@@ -181,13 +193,14 @@ def batch_groups(batches: dict[int, dict], full_shape: bool = False) -> list[lis
 
 
 def _together(step_fn: Callable, states: tuple, batches: tuple, lr_scales: tuple | None,
-              keys: tuple) -> tuple[tuple, tuple]:
+              keys: tuple, active: jax.Array) -> tuple[tuple, tuple]:
     """One train step of n seeds as one program (jitted by SeedGroup, states donated).
 
     states: n train states (training/step.py) of one structure; batches: n batches with
     equal keys, each array [B_k, ...] with the same trailing shape; lr_scales: n float32
-    scalars, or None; keys: n typed PRNG keys (each seed's dropout base key).
-    Returns (n new states, n metrics dicts), each seed's as `step_fn` alone gives them.
+    scalars, or None; keys: n typed PRNG keys (each seed's dropout base key); active:
+    bool [n], the seeds this call steps (the others' states come back unchanged).
+    Returns (n states, n metrics dicts), each active seed's as `step_fn` alone gives them.
     """
     rows = max(x.shape[0] for batch in batches for x in batch.values())
 
@@ -195,11 +208,14 @@ def _together(step_fn: Callable, states: tuple, batches: tuple, lr_scales: tuple
         return jnp.pad(x, [(0, rows - x.shape[0])] + [(0, 0)] * (x.ndim - 1))
 
     stack = lambda *xs: jnp.stack(xs)  # noqa: E731
+    old = jax.tree.map(stack, *states)
     new, metrics = jax.vmap(step_fn)(
-        jax.tree.map(stack, *states),
+        old,
         jax.tree.map(stack, *[jax.tree.map(pad_rows, b) for b in batches]),
         None if lr_scales is None else jnp.stack(lr_scales),
         jnp.stack(keys))
+    new = jax.tree.map(lambda n, o: jnp.where(active.reshape((-1,) + (1,) * (n.ndim - 1)), n, o),
+                       new, old)
 
     def unstack(tree) -> tuple:
         return tuple(jax.tree.map(lambda x, k=k: x[k], tree) for k in range(len(states)))
