@@ -165,12 +165,15 @@ class SeedGroup:
             scales = None if scales[0] is None else scales
             metrics_of = {}
             for group in batch_groups(dict(zip(seeds, batches, strict=True)), self._rdrop):
-                blank = {name: jnp.zeros(x.shape, x.dtype) for name, x in batches[
-                    seeds.index(group[0])].items()}  # all pad: no loss weight
-                states, metrics = self._program(
-                    states, tuple(b if k in group else blank for k, b in zip(seeds, batches,
-                                                                            strict=True)),
-                    scales, keys, jnp.asarray([k in group for k in seeds]))
+                # Seeds outside the group step on an all-pad batch of its shape (no loss
+                # weight) and keep their states (`active`): one program per batch shape.
+                first = batches[seeds.index(group[0])]
+                blank = {name: jnp.zeros(x.shape, x.dtype) for name, x in first.items()} \
+                    if len(group) < len(seeds) else None
+                step_batches = tuple(b if k in group else blank
+                                     for k, b in zip(seeds, batches, strict=True))
+                active = jnp.asarray([k in group for k in seeds])
+                states, metrics = self._program(states, step_batches, scales, keys, active)
                 self.programs_run += 1
                 metrics_of.update((k, metrics[i]) for i, k in enumerate(seeds) if k in group)
             self._results.update((k, (states[i], metrics_of[k])) for i, k in enumerate(seeds))
