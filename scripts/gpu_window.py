@@ -91,12 +91,10 @@ def phase_recipe(args, left) -> dict:
                       "--config.checkpoint.every_steps=100000")
     start = time.time()
     code, cut = run_process(warm, args.work / "recipe_warmup.log", left())
-    warm_log = [e for e in events(work / "warmup") if e["split"] == "train"]
     result = {"config": args.config, "overrides": args.override,
               "warmup": {"command": " ".join(warm[1:]), "exit_code": code, "cut": cut,
                          "wall_seconds": round(time.time() - start, 1),
-                         "compile_seconds": warm_log[-1].get("compile_seconds")
-                         if warm_log else None}}
+                         "compile_seconds": last_compile_seconds(work / "warmup")}}
     measured = train_argv(args.config, work / "run", args.override)
     start = time.time()
     code, cut = run_process(measured, args.work / "recipe_run.log", left())
@@ -111,7 +109,7 @@ def phase_recipe(args, left) -> dict:
         "command": " ".join(measured[1:]), "exit_code": code,
         "stopped_by": "deadline (SIGINT; saved)" if cut else "end of training",
         "launch_to_exit_s": round(wall, 1), "last_step": last, "num_steps_target": target,
-        "compile_seconds": train[-1].get("compile_seconds") if train else None,
+        "compile_seconds": last_compile_seconds(work / "run"),
         "ms_per_step_steady": ms,
         "valid_bleu": {str(e["step"]): e.get("bleu") for e in log if e["split"] == "valid"},
         "launch_to_last_step_s": round(wall, 1) if last >= target else (

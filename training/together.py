@@ -20,8 +20,8 @@ shape, with R-Drop, which stacks the batch twice) are groups of that step, one c
 the program each: every call steps all N seeds, those outside the group on an all-pad
 batch of the group's shape, and keeps only the group's new states (`active`), so the
 program compiles once per batch shape, as a seed alone does, whatever the seeds' mix
-(a program per group of seeds cost 100 s of compiling each for 8 seeds on an H200,
-most steps meeting a new one; bench/README.md, "A lent H200 window"). With packed
+(a program per group of seeds stalled 8 seeds on padded buckets in compiling;
+bench/README.md, "A lent H200 window"). With packed
 batches (`data.pack_length`, data/packing.py) every seed's batch has the run's one
 shape, so every step is one call.
 
