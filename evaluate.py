@@ -8,7 +8,9 @@
 
 Flags (defaults in brackets):
   --workdir            a training run directory (required, but for --seed_results)
-  --split              valid | test of the configured dataset [test, unless --source]
+  --split              valid | test of the configured dataset [test, unless --source];
+                       train: every training pair as read, empty lines included (the
+                       text a distillation teacher translates: docs/training.md)
   --source, --reference  any text file (plain or gzip; `-` = stdin) instead of --split;
                        without --reference only translations are written
   --checkpoint         best | last | STEP [best; `last` with --average_last]. `best` is the
@@ -185,8 +187,8 @@ class EvalOptions:
             raise UserError("--contributions only applies with --save_attention N")
         if self.length_penalty is not None and self.length_penalty < 0:
             raise UserError(f"--length_penalty must be >= 0, got {self.length_penalty}")
-        if self.split not in (None, "valid", "test"):
-            raise UserError(f"--split must be valid or test, got {self.split!r}")
+        if self.split not in (None, "valid", "test", "train"):
+            raise UserError(f"--split must be valid, test or train, got {self.split!r}")
         which = self.checkpoint
         if which is not None and which not in ("best", "last") and not which.isdigit():
             raise UserError(f"--checkpoint must be best, last or a step number, got {which!r}")
@@ -195,8 +197,9 @@ class EvalOptions:
 
 
 FLAG_HELP = {
-    "split": "valid | test: a split of the configured dataset (default test, unless --source "
-             "is given).",
+    "split": "valid | test | train: a split of the configured dataset (default test, unless "
+             "--source is given); train is every training pair as read, the text a "
+             "distillation teacher translates.",
     "source": "Source text file to translate (plain or gzip); '-' reads stdin.",
     "reference": "Reference translations of --source (optional; '-' reads stdin).",
     "checkpoint": "best | last | a step number (default best; last with --average_last).",

@@ -412,18 +412,16 @@ def reads_protocol_text(cfg_data: ml_collections.ConfigDict) -> bool:
     return cfg_data.dataset == "multi30k"
 
 
-def load_corpus(cfg_data: ml_collections.ConfigDict, split: str) -> Corpus:
-    """Loads one split of the configured corpus.
+def read_split(cfg_data: ml_collections.ConfigDict, split: str) -> Corpus:
+    """Every line of one split as its files hold it, in `data.text_protocol`'s form: an
+    eval split as `load_corpus` gives it, and the training split before distillation and
+    filtering (one line per pair as read: what a distillation teacher translates).
 
     Args:
-      cfg_data: the `data` group of the config (dataset, source_lang,
-        target_lang and the loader's own keys).
+      cfg_data: the `data` group of the config.
       split: "train", "valid" or "test".
     Returns:
-      (sources, targets): parallel lists of strings in `data.text_protocol`'s form
-      (data/protocol.py; raw text by default). "train" has no pair
-      with an empty side and at most `max_train_sentences` pairs (if > 0);
-      eval splits keep every line.
+      (sources, targets): parallel lists of strings, empty lines included.
     Raises:
       DataError: unknown dataset/split, missing/empty/mismatched/non-UTF-8 input.
     """
@@ -435,6 +433,25 @@ def load_corpus(cfg_data: ml_collections.ConfigDict, split: str) -> Corpus:
     sources, targets = LOADERS[cfg_data.dataset](cfg_data, split)
     if not reads_protocol_text(cfg_data):
         sources, targets = apply_protocol(cfg_data, sources, targets)
+    return sources, targets
+
+
+def load_corpus(cfg_data: ml_collections.ConfigDict, split: str) -> Corpus:
+    """Loads one split of the configured corpus for training or evaluation.
+
+    Args:
+      cfg_data: the `data` group of the config (dataset, source_lang,
+        target_lang and the loader's own keys).
+      split: "train", "valid" or "test".
+    Returns:
+      (sources, targets): parallel lists of strings in `data.text_protocol`'s form
+      (data/protocol.py; raw text by default). "train" has the teacher's targets with
+      `data.distilled_targets`, no pair with an empty side and at most
+      `max_train_sentences` pairs (if > 0); eval splits keep every line (`read_split`).
+    Raises:
+      DataError: unknown dataset/split, missing/empty/mismatched/non-UTF-8 input.
+    """
+    sources, targets = read_split(cfg_data, split)
     if split == "train" and (distilled := distilled_lines(cfg_data)) is not None:
         name, pairs = cfg_data.distilled_targets, len(sources)
         sources, targets = with_distilled(sources, targets, distilled,

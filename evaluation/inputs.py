@@ -11,7 +11,7 @@ from pathlib import Path
 import ml_collections
 
 from common.errors import UserError
-from data.corpora import DataError, decode_lines, load_corpus, read_lines
+from data.corpora import DataError, decode_lines, read_lines, read_split
 from data.protocol import RAW, apply_protocol, protocol_of
 
 
@@ -67,12 +67,14 @@ def read_inputs(cfg: ml_collections.ConfigDict, split: str | None, source: str |
             raise UserError("--reference needs --source (with --split the reference is the "
                             "split's target side)")
         split = split or "test"
-        sources, references = load_corpus(cfg.data, split)
+        # Every line of the split: for "train", one per training pair as read (what a
+        # distillation teacher translates: docs/training.md).
+        sources, references = read_split(cfg.data, split)
         what = f"{cfg.data.dataset} {split}"
         inputs = Inputs(sources, references, f"{what} ({cfg.data.source_lang})",
                         f"{what} ({cfg.data.target_lang})", output_base(split, None), split)
         if raw_references:
-            inputs.raw_references = references if protocol == RAW else load_corpus(
+            inputs.raw_references = references if protocol == RAW else read_split(
                 ml_collections.ConfigDict({**cfg.data.to_dict(), "text_protocol": RAW}),
                 split)[1]
     else:

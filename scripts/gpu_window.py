@@ -14,8 +14,9 @@ scripts/gpu_window.sh, which prepares the machine first):
   3. profile: bench/step_profile.py on the recipe's model (tiny) at 4,096 tokens: step
      against dispatch time and the device-busy time of a trace (host- or device-bound).
   4. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
-  5. sweep: scripts/sweep.py on a plan with the minutes left (results and, per run, the
-     newest checkpoints handed back to finish elsewhere).
+  5. sweep: scripts/sweep.py on a plan with the minutes left: each run's results,
+     metrics and (for a distillation student) its teacher's text come back; checkpoints
+     only with --sweep_pack (a lent machine hands back 64 MiB: about two runs' seeds).
 
     python scripts/gpu_window.py [--phases recipe,seeds,profile,peer,sweep]
         [--deadline_s 570] [--results $OUT/results/bench] [--work /tmp/gpu_window]
@@ -195,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep_out", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu_window"))
     parser.add_argument("--plan", default="scripts/plans/anchors.toml")
+    parser.add_argument("--sweep_pack", action="store_true",
+                        help="the sweep also hands back each run's newest checkpoints")
     parser.add_argument("--peer_args", default="", help="more flags for bench/gpu_peer.py")
     args = parser.parse_args(argv)
     if args.seeds_override is None:
@@ -228,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     if "sweep" in phases and left() > 150:
         out = args.sweep_out or args.results.parent / "sweep"
         argv = [sys.executable, "scripts/sweep.py", args.plan, "--runs",
-                str(args.work / "sweep"), "--out", str(out), "--pack",
-                "--deadline_minutes", f"{(left() - 10) / 60:.2f}"]
+                str(args.work / "sweep"), "--out", str(out),
+                "--deadline_minutes", f"{(left() - 10) / 60:.2f}",
+                *(["--pack"] if args.sweep_pack else [])]
         code, _ = run_process(argv, args.work / "sweep.log", left())
         print(f"gpu_window: sweep exit {code}", flush=True)
     for log in sorted(args.work.glob("*.log")):  # what happened, back with the results

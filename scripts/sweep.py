@@ -29,13 +29,28 @@ The plan (TOML; scripts/plans/anchors.toml is one):
     name = "base"
     directions = ["de_en"]         # optional, default every direction
     overrides = { "train.batch_tokens" = 8192 }    # optional; also time_limit_minutes, pack
+    [[variants]]                   # sequence-level distillation (docs/training.md)
+    name = "kd"
+    teacher = "base"               # an earlier variant: its seeds, one ensemble, translate
+                                   # the training split; this variant trains on that text
+    overrides = { "data.distilled_mix" = "replace" }  # or "add"
+    [distill]                      # optional: the teacher's decoding; checkpoint,
+    length_penalty = 1.0           # average_last, beam_size, batch_size default to [read]'s,
+                                   # length_penalty to the direction config's
+
+A student (a variant with a `teacher`) starts once its teacher's run of the same direction
+is done: the teacher's seeds translate the training split as one ensemble (`evaluate.py
+--split train --ensemble`, once: the file is kept in the teacher's seed0/eval/ and reused),
+and the student trains with `data.distilled_targets` set to that file; its run.json
+records the teacher's file, command and BLEU on the training split.
 
 A run is one variant of one direction: its seeds train in `<runs>/<direction>/<variant>/
 seed<k>/` (the `--seeds` layout, so `evaluate.py --workdir <runs>/<direction>/<variant>`
 summarizes them and `--ensemble` takes them), and everything it brings back goes to
 `<out>/<direction>/<variant>/`: run.json (what was run, how training ended, each
 evaluation's summary scores), train.log, eval_*.log, seed<k>/{config.json,
-metrics.jsonl, eval/*.json}, eval/*.json (the seed summaries) and, with `pack`,
+metrics.jsonl, eval/*.json}, eval/*.json (the seed summaries), for a student
+teacher.log and teacher.train.hyp.txt.gz (the distilled text) and, with `pack`,
 seed<k>.tgz.part* (split into 15 MiB parts). `<out>/sweep.json` lists every run's
 run.json, rewritten after each run; a table of the scores is printed at the end.
 
@@ -50,6 +65,7 @@ driver itself needs only the standard library.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -65,6 +81,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PART_BYTES = 15 * 2**20  # what one file handed back from a lent machine may hold
 READ_KEYS = ("checkpoint", "average_last", "beam_size", "batch_size", "max_sentences")
+TEACH_KEYS = ("checkpoint", "average_last", "beam_size", "batch_size", "length_penalty")
 
 
 class PlanError(ValueError):
@@ -89,23 +106,58 @@ def load_plan(path: Path) -> dict:
     names = [v.get("name") for v in variants]
     if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
         raise PlanError(f"{path}: every variant needs a name of its own, got {names}")
+    earlier: dict[str, dict] = {}
     for variant in variants:
         unknown = set(variant.get("directions", directions)) - set(directions)
         if unknown:
             raise PlanError(f"{path}: variant {variant['name']} names unknown directions "
                             f"{sorted(unknown)}")
+        if "teacher" in variant:
+            check_teacher(path, variant, earlier, plan.get("overrides", {}), directions)
+        earlier[variant["name"]] = variant
     read = dict(plan.get("read") or {})
     read.setdefault("splits", [read.pop("split", "valid")])
     read.setdefault("length_penalties", [read.pop("length_penalty")]
                     if "length_penalty" in read else [None])
     read.setdefault("checkpoint", "last")
+    distill = {**{k: read[k] for k in TEACH_KEYS if read.get(k) is not None},
+               **(plan.get("distill") or {})}
+    if set(distill) - set(TEACH_KEYS):
+        raise PlanError(f"{path}: [distill] takes {', '.join(TEACH_KEYS)}, got "
+                        f"{sorted(set(distill) - set(TEACH_KEYS))}")
     return {**plan, "seeds": seeds, "directions": directions, "variants": variants,
-            "read": read}
+            "read": read, "distill": distill}
+
+
+def check_teacher(path: Path, variant: dict, earlier: dict[str, dict], common: dict,
+                  directions: dict) -> None:
+    """PlanError unless the variant's teacher is an earlier variant that covers its
+    directions and writes the same text protocol (the distilled lines are the teacher's
+    text, taken as they are)."""
+    name, teacher = variant["name"], earlier.get(variant["teacher"])
+    if teacher is None:
+        raise PlanError(f"{path}: variant {name}'s teacher {variant['teacher']!r} is not a "
+                        "variant listed before it")
+    missing = set(variant.get("directions", directions)) - set(
+        teacher.get("directions", directions))
+    if missing:
+        raise PlanError(f"{path}: variant {name} trains {sorted(missing)}, which its teacher "
+                        f"{teacher['name']} does not")
+    if "data.distilled_targets" in variant.get("overrides", {}):
+        raise PlanError(f"{path}: variant {name} has a teacher; data.distilled_targets is "
+                        "set by the sweep")
+
+    def protocol(v: dict) -> str:
+        return {**common, **v.get("overrides", {})}.get("data.text_protocol", "")
+
+    if protocol(variant) != protocol(teacher):
+        raise PlanError(f"{path}: variant {name} and its teacher {teacher['name']} differ in "
+                        "data.text_protocol")
 
 
 def runs_of(plan: dict, only: set[str] | None = None) -> list[dict]:
     """The plan's runs in order, each {"direction", "variant", "config", "overrides",
-    "time_limit_minutes", "pack"}; `only` keeps the variants of those names."""
+    "teacher", "time_limit_minutes", "pack"}; `only` keeps the variants of those names."""
     runs = []
     for variant in plan["variants"]:
         if only and variant["name"] not in only:
@@ -115,6 +167,7 @@ def runs_of(plan: dict, only: set[str] | None = None) -> list[dict]:
                 "direction": direction, "variant": variant["name"],
                 "config": plan["directions"][direction],
                 "overrides": {**plan.get("overrides", {}), **variant.get("overrides", {})},
+                "teacher": variant.get("teacher"),
                 "time_limit_minutes": variant.get("time_limit_minutes",
                                                   plan.get("time_limit_minutes", 0)),
                 "pack": bool(variant.get("pack", plan.get("pack", False)))})
@@ -214,6 +267,66 @@ def pack(parent: Path, target: Path, seeds: list[int]) -> list[str]:
     return written
 
 
+def reading_label(split: str, step: str, settings: dict, penalty: float | None) -> str:
+    """An evaluation's name: `<split>.<step|last|best>[.avgN].beam<K>[.lp<P>]`."""
+    return f"{split}.{'step' + step if step.isdigit() else step}" + (
+        f".avg{settings['average_last']}" if settings.get("average_last") else "") + (
+        f".beam{settings.get('beam_size', 'cfg')}") + (
+        f".lp{penalty}" if penalty is not None else "")
+
+
+def evaluate_argv(workdir: Path, split: str, label: str, step: str, settings: dict,
+                  keys: tuple[str, ...]) -> list[str]:
+    """evaluate.py's command line of one reading: `settings[key]` for each key given."""
+    argv = [sys.executable, "evaluate.py", "--workdir", str(workdir), "--split", split,
+            "--name", label, "--checkpoint", step]
+    return argv + [f"--{key}={settings[key]}" for key in keys
+                   if key != "checkpoint" and settings.get(key) is not None]
+
+
+def teach(run: dict, plan: dict, runs_dir: Path, out: Path, target: Path,
+          deadline: float | None, keep_seconds: float) -> dict | None:
+    """The teacher's translation of the training split for a student run: its seeds'
+    ensemble decodes `--split train` once (reused when the file exists). Returns
+    {"variant", "file", "checkpoint", ...} (with "exit_code" when it was decoded now), or
+    None when it cannot start: the teacher's run is not done, or the deadline leaves less
+    than `keep_seconds` and a minute after it."""
+    name, seeds = f"{run['direction']}/{run['variant']}", plan["seeds"]
+    parent = runs_dir / run["direction"] / run["teacher"]
+    record_path = out / run["direction"] / run["teacher"] / "run.json"
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    if record.get("status") != "done":
+        print(f"sweep: {name} not started: its teacher {run['teacher']} is not done",
+              flush=True)
+        return None
+    settings = plan["distill"]
+    step = read_step(parent, seeds, settings.get("checkpoint", "last"),
+                     record["train"]["ended"] == "finished")
+    label = "teacher." + reading_label("train", step, settings,
+                                       settings.get("length_penalty")) + f".ens{len(seeds)}"
+    hyp = (parent / "seed0" / "eval" / f"{label}.hyp.txt").resolve()
+    info = {"variant": run["teacher"], "file": str(hyp), "checkpoint": step}
+    if not hyp.is_file():  # evaluate.py writes it whole or not at all
+        limit = None if deadline is None else deadline - time.time() - keep_seconds - 60
+        if limit is not None and limit < 30:
+            print(f"sweep: {name} not started: no time left to decode its teacher", flush=True)
+            return None
+        argv = evaluate_argv(parent / "seed0", "train", label, step, settings, TEACH_KEYS)
+        argv += ["--ensemble", ",".join(str(parent / f"seed{k}") for k in seeds[1:])
+                 ] if len(seeds) > 1 else []
+        start = time.time()
+        code, cut = run_process(argv, target / "teacher.log", limit)
+        info.update(command=" ".join(argv[1:]), exit_code=code, cut=cut,
+                    seconds=round(time.time() - start, 1))
+        print(f"sweep: {name}: teacher {run['teacher']} translated the training split "
+              f"(exit {code}{', deadline' if cut else ''}, {info['seconds']:.0f} s)", flush=True)
+    result = hyp.with_name(hyp.name.removesuffix(".hyp.txt") + ".json")
+    if result.is_file():
+        info.update({k: v for k, v in json.loads(result.read_text()).items()
+                     if k in ("bleu", "bleu_lc_tok", "chrf", "num_sentences")})
+    return info
+
+
 def write_json(path: Path, value) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
@@ -231,23 +344,33 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
         print(f"sweep: {name} done before, skipped", flush=True)
         return json.loads(record_path.read_text())
     read_seconds = 60 * read_minutes
-    limit = 60 * run["time_limit_minutes"] or None
-    if deadline is not None:
-        left = deadline - time.time() - read_seconds
-        if left < 30:
-            print(f"sweep: {name} not started ({left + read_seconds:.0f} s left)", flush=True)
-            return None
-        limit = min(limit or left, left)
+    if deadline is not None and deadline - time.time() - read_seconds < 30:
+        print(f"sweep: {name} not started ({deadline - time.time():.0f} s left)", flush=True)
+        return None
     target.mkdir(parents=True, exist_ok=True)
-    seeds = plan["seeds"]
+    seeds, overrides, teacher = plan["seeds"], dict(run["overrides"]), None
+    if run["teacher"]:
+        teacher = teach(run, plan, runs_dir, out, target, deadline, read_seconds)
+        if teacher is None:
+            return None
+        overrides["data.distilled_targets"] = teacher["file"]
     record = {"direction": run["direction"], "variant": run["variant"],
-              "config": run["config"], "overrides": run["overrides"], "seeds": seeds,
-              "workdir": str(parent), "status": "training"}
+              "config": run["config"], "overrides": overrides, "seeds": seeds,
+              "workdir": str(parent), "status": "training",
+              **({"teacher": teacher} if teacher else {})}
+    if teacher and not Path(teacher["file"]).is_file():
+        record["status"] = "failed"  # the teacher's decoding failed: see teacher.log
+        write_json(record_path, record)
+        return record
     write_json(record_path, record)
 
+    limit = 60 * run["time_limit_minutes"] or None
+    if deadline is not None:
+        left = max(deadline - time.time() - read_seconds, 1)
+        limit = min(limit or left, left)
     start = time.time()
     argv = [sys.executable, "train.py", "--config", run["config"], "--workdir", str(parent),
-            "--seeds", str(len(seeds)), "--together", *override_flags(run["overrides"])]
+            "--seeds", str(len(seeds)), "--together", *override_flags(overrides)]
     code, stopped = run_process(argv, target / "train.log", limit)
     finished = code == 0 and not stopped
     record["train"] = {"exit_code": code, "seconds": round(time.time() - start, 1),
@@ -265,14 +388,8 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
         for penalty in read["length_penalties"]:
             if step is None:
                 break
-            label = f"{split}.{'step' + step if step.isdigit() else step}" + (
-                f".avg{read['average_last']}" if read.get("average_last") else "") + (
-                f".beam{read.get('beam_size', 'cfg')}") + (
-                f".lp{penalty}" if penalty is not None else "")
-            argv = [sys.executable, "evaluate.py", "--workdir", str(parent), "--split", split,
-                    "--name", label, "--checkpoint", step]
-            argv += [f"--{key}={read[key]}" for key in READ_KEYS
-                     if key != "checkpoint" and read.get(key) is not None]
+            label = reading_label(split, step, read, penalty)
+            argv = evaluate_argv(parent, split, label, step, read, READ_KEYS)
             argv += ["--compat_lc_tok"] if read.get("compat_lc_tok") else []
             argv += ["--length_penalty", str(penalty)] if penalty is not None else []
             left = None if deadline is None else max(deadline - time.time(), 1)
@@ -287,6 +404,10 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
                 f"failed (exit {code}{', deadline' if cut else ''}; see eval_{label}.log)"),
                 flush=True)
     collect(parent, target, seeds)
+    if teacher:  # the distilled text comes back too: students can train anywhere on it
+        with open(teacher["file"], "rb") as text, \
+                gzip.open(target / "teacher.train.hyp.txt.gz", "wb") as packed:
+            shutil.copyfileobj(text, packed)
     if run["pack"] or pack_all:
         record["packed"] = pack(parent, target, seeds)
     # A run done is skipped when the sweep runs again; a failed one is tried again.

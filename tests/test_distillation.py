@@ -10,6 +10,7 @@ from conftest import run_script
 from configs import base
 from data import corpora, streaming
 from data.corpora import DataError
+from evaluation.inputs import read_inputs
 
 
 def text_config(tmp_path, n=300, **overrides):
@@ -96,3 +97,18 @@ def test_train_refuses_a_missing_teacher_file_in_one_line_and_writes_nothing(tmp
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
     assert lines[0].startswith("error: ") and "missing.en" in lines[0]
     assert not workdir.exists()
+
+
+def test_the_teacher_reads_every_training_pair_as_read(tmp_path):
+    """`evaluate.py --split train` translates one line per pair before any filtering (the
+    blank source kept), and a file of one line per such pair is the student's data."""
+    config = base.get_config()
+    config.data, sources, targets, _ = text_config(tmp_path, max_train_sentences=100)
+    inputs = read_inputs(config, "train", None, None)
+    assert (inputs.sources, inputs.references) == (sources, targets)  # the teacher's not used
+    assert inputs.sources[3] == "" and inputs.base == "train"
+    (tmp_path / "hyp.txt").write_text("".join(f"h{i}\n" for i in range(len(sources))))
+    config.data.distilled_targets = str(tmp_path / "hyp.txt")
+    got = corpora.load_corpus(config.data, "train")
+    assert got == ([s for s in sources if s][:100], [f"h{i}" for i, s in enumerate(sources)
+                                                    if s][:100])

@@ -1,13 +1,18 @@
 """scripts/sweep.py: a plan's variants x seeds trained together, read on validation and
 collected in one folder, end to end on the smoke config; rerunning skips finished runs."""
 
+import gzip
 import json
 import subprocess
 import sys
 import tarfile
 
+import ml_collections
 import pytest
 from conftest import REPO
+
+from configs import smoke
+from data import corpora
 
 sys.path.insert(0, str(REPO / "scripts"))
 import sweep  # noqa: E402
@@ -115,3 +120,107 @@ def test_smoke_sweep_end_to_end_and_resumed(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert again.stdout.count("done before, skipped") == 2
     assert (out / "smoke" / "base" / "train.log").read_text() == log
+
+
+TEACHER_PLAN = """
+seeds = 2
+[overrides]
+"train.num_steps" = 4
+"eval.every_steps" = 0
+"checkpoint.every_steps" = 2
+"eval.max_sentences" = 8
+"attention_maps.enabled" = false
+[read]
+split = "valid"
+checkpoint = "last"
+beam_size = 1
+max_sentences = 8
+length_penalties = [1.0]
+[distill]
+length_penalty = 0.6
+[directions]
+smoke = "configs/smoke.py"
+[[variants]]
+name = "base"
+[[variants]]
+name = "kd"
+teacher = "base"
+overrides = { "data.distilled_mix" = "replace" }
+"""
+
+
+def test_a_student_plan_names_an_earlier_teacher_of_the_same_text(tmp_path):
+    plan_file = tmp_path / "p.toml"
+    plan_file.write_text(TEACHER_PLAN)
+    plan = sweep.load_plan(plan_file)
+    assert [r["teacher"] for r in sweep.runs_of(plan)] == [None, "base"]
+    # The teacher decodes as the plan reads, at its own length penalty.
+    assert plan["distill"] == {"checkpoint": "last", "beam_size": 1, "length_penalty": 0.6}
+    lc = '"data.text_protocol" = "lc_norm_tok"'
+    for bad, why in [
+            (TEACHER_PLAN.replace('teacher = "base"', 'teacher = "kd"'), "not a variant listed before"),
+            (TEACHER_PLAN.replace('teacher = "base"', 'teacher = "x"'), "not a variant listed before"),
+            (TEACHER_PLAN.replace('[directions]\n', '[directions]\nother = "configs/smoke.py"\n')
+             .replace('name = "base"', 'name = "base"\ndirections = ["smoke"]'), "does not"),
+            (TEACHER_PLAN.replace('"replace" }', f'"replace", {lc} }}'), "text_protocol"),
+            (TEACHER_PLAN.replace('"replace" }', '"replace", "data.distilled_targets" = "t" }'),
+             "set by the sweep"),
+            (TEACHER_PLAN.replace("length_penalty = 0.6", "beam = 4"), r"\[distill\] takes")]:
+        plan_file.write_text(bad)
+        with pytest.raises(sweep.PlanError, match=why):
+            sweep.load_plan(plan_file)
+
+
+@pytest.mark.slow
+def test_a_student_trains_on_its_teachers_ensemble_translation(tmp_path):
+    """Teacher (2 seeds) -> `evaluate.py --split train --ensemble` -> student, on a small
+    `text` corpus with a blank source line: the teacher writes one line per training pair
+    as read, and the student's data is exactly that text."""
+    sources, targets = corpora.read_split(smoke.get_config().data, "train")
+    sources, targets = sources[:300], targets[:300]
+    sources[3] = ""
+    valid = corpora.read_split(smoke.get_config().data, "valid")
+    for name, lines in {"train.de": sources, "train.en": targets,
+                        "val.de": valid[0][:16], "val.en": valid[1][:16]}.items():
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    data = {"data.dataset": '"text"', "data.max_train_sentences": 0,
+            **{f"data.{split}_{side}": f'"{tmp_path / f"{file}.{lang}"}"'
+               for split, file in (("train", "train"), ("valid", "val"))
+               for side, lang in (("source", "de"), ("target", "en"))}}
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(TEACHER_PLAN.replace(
+        '"train.num_steps" = 4', '"train.num_steps" = 4\n' + "\n".join(
+            f'"{k}" = {v}' for k, v in data.items())))
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    argv = [sys.executable, "scripts/sweep.py", str(plan_file), "--runs", str(runs),
+            "--out", str(out)]
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    records = json.loads((out / "sweep.json").read_text())["runs"]
+    assert [(r["variant"], r["status"]) for r in records] == [("base", "done"), ("kd", "done")]
+    teacher = records[1]["teacher"]
+    hyp = runs / "smoke" / "base" / "seed0" / "eval" / "teacher.train.last.beam1.lp0.6.ens2.hyp.txt"
+    assert teacher["file"] == str(hyp.resolve()) and teacher["exit_code"] == 0
+    assert teacher["num_sentences"] == 300 and teacher["bleu"] is not None
+    lines = hyp.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(lines) == 300 and lines[3] == ""  # the blank source's line is kept, empty
+    decoded = json.loads(hyp.with_name(hyp.name.replace(".hyp.txt", ".json")).read_text())
+    assert decoded["split"] == "train" and len(decoded["ensemble"]) == 2
+    assert decoded["decoding"]["length_penalty"] == 0.6
+    with gzip.open(out / "smoke" / "kd" / "teacher.train.hyp.txt.gz", "rt") as f:
+        assert f.read() == hyp.read_text(encoding="utf-8")
+    for k in (0, 1):
+        config = json.loads((runs / "smoke" / "kd" / f"seed{k}" / "config.json").read_text())
+        assert config["data"]["distilled_targets"] == teacher["file"]
+        got = corpora.load_corpus(ml_collections.ConfigDict(config["data"]), "train")
+        keep = [i for i in range(300) if sources[i] and lines[i]]
+        assert got == ([sources[i] for i in keep], [lines[i] for i in keep])
+
+    # The student again (its record gone): the teacher's file is reused, not decoded again.
+    (out / "smoke" / "kd" / "run.json").unlink()
+    again = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "translated the training split" not in again.stdout
+    record = json.loads((out / "smoke" / "kd" / "run.json").read_text())
+    assert record["teacher"]["file"] == teacher["file"] and "exit_code" not in record["teacher"]
