@@ -24,8 +24,11 @@ scripts/gpu_window.sh, which prepares the machine first):
 
 Writes `<results>/gpu_tiny_recipe_time_to_result.json`, `gpu_seeds_together.json`,
 `gpu_step_profile_tiny.json` and (bench/gpu_peer.py) `gpu_peer*.json`, each naming the
-device, and the measured runs' metrics.jsonl in `<results>/../runs/`; the sweep's
-results go to `<results>/../sweep` (`--sweep_out`). A phase that does not fit in the
+device, and the measured runs' metrics.jsonl in `<results>/../runs/`; the sweep trains
+and collects in `runs/gpu_window/` of the repository (`--sweep_runs`, `--sweep_out`:
+ignored folders, which a warm lent machine keeps between calls, so a later call's sweep
+skips the runs done and resumes the one cut off), and its results are copied to
+`<results>/../sweep` at the end. A phase that does not fit in the
 time left is skipped. On a CPU, `--config configs/smoke.py` with a few steps tries the
 recipe and seeds phases (tests/test_gpu_window.py).
 """
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -193,13 +197,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log_every", type=int, default=100)
     parser.add_argument("--results", type=Path,
                         default=Path(os.environ.get("OUT", "/tmp/out")) / "results" / "bench")
-    parser.add_argument("--sweep_out", type=Path, default=None)
+    parser.add_argument("--sweep_runs", type=Path, default=Path("runs/gpu_window/sweep"))
+    parser.add_argument("--sweep_out", type=Path,
+                        default=Path("runs/gpu_window/sweep_results"))
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu_window"))
     parser.add_argument("--plan", default="scripts/plans/anchors.toml")
     parser.add_argument("--sweep_pack", action="store_true",
                         help="the sweep also hands back each run's newest checkpoints")
     parser.add_argument("--peer_args", default="", help="more flags for bench/gpu_peer.py")
     args = parser.parse_args(argv)
+    # Inside the repository (relative to it), wherever the driver was started from.
+    args.sweep_runs, args.sweep_out = REPO / args.sweep_runs, REPO / args.sweep_out
     if args.seeds_override is None:
         args.seeds_override = ["--config.data.pack_length=64", "--config.train.batch_tokens=2944"]
     start = time.time()
@@ -229,12 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         code, cut = run_process(argv, args.work / "peer.log", left())
         print(f"gpu_window: peer exit {code}{' (deadline)' if cut else ''}", flush=True)
     if "sweep" in phases and left() > 150:
-        out = args.sweep_out or args.results.parent / "sweep"
         argv = [sys.executable, "scripts/sweep.py", args.plan, "--runs",
-                str(args.work / "sweep"), "--out", str(out),
+                str(args.sweep_runs), "--out", str(args.sweep_out),
                 "--deadline_minutes", f"{(left() - 10) / 60:.2f}",
                 *(["--pack"] if args.sweep_pack else [])]
         code, _ = run_process(argv, args.work / "sweep.log", left())
+        if args.sweep_out.is_dir():  # every call's results so far, those of earlier calls too
+            shutil.copytree(args.sweep_out, args.results.parent / "sweep", dirs_exist_ok=True)
         print(f"gpu_window: sweep exit {code}", flush=True)
     for log in sorted(args.work.glob("*.log")):  # what happened, back with the results
         (args.results.parent / "logs").mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,44 @@ def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
         "recipe_warmup.log", "recipe_run.log", "one_seed.log", "seeds.log"}
 
 
+PLAN = """
+seeds = 1
+[overrides]
+"train.num_steps" = 4
+"eval.every_steps" = 0
+"checkpoint.every_steps" = 2
+"attention_maps.enabled" = false
+[read]
+beam_size = 1
+max_sentences = 8
+[directions]
+smoke = "configs/smoke.py"
+[[variants]]
+name = "base"
+"""
+
+
+@pytest.mark.slow
+def test_a_later_calls_sweep_skips_what_an_earlier_call_did(tmp_path):
+    """The sweep trains in folders kept between calls (--sweep_runs, --sweep_out); each
+    call hands back every result so far, its own and the earlier calls'."""
+    (tmp_path / "plan.toml").write_text(PLAN)
+    argv = [sys.executable, "scripts/gpu_window.py", "--phases", "sweep",
+            "--plan", str(tmp_path / "plan.toml"), "--sweep_runs", str(tmp_path / "runs"),
+            "--sweep_out", str(tmp_path / "kept"), "--work", str(tmp_path / "work")]
+    for call in ("first", "second"):
+        results = tmp_path / call / "results" / "bench"
+        done = subprocess.run([*argv, "--results", str(results)], cwd=REPO,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        record = json.loads((results.parent / "sweep" / "smoke" / "base" / "run.json")
+                            .read_text())
+        assert record["status"] == "done" and record["evaluations"][0]["bleu"] is not None
+    logs = [(tmp_path / call / "results" / "logs" / "sweep.log").read_text()
+            for call in ("first", "second")]
+    assert "done before, skipped" not in logs[0] and "done before, skipped" in logs[1]
+
+
 def test_the_wrapper_hands_back_one_archive_in_parts(tmp_path):
     """gpu_window.sh (no phase): the machine check of device_env.sh passes here, and what
     gpu_window.py left under $OUT/results comes back as gpu_window.tgz.part00, ..."""

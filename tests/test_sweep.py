@@ -17,7 +17,8 @@ from data import corpora
 sys.path.insert(0, str(REPO / "scripts"))
 import sweep  # noqa: E402
 
-PLAN = """
+# Every smoke plan's settings: 2 seeds of 4 steps, read greedily on 8 sentences.
+SETTINGS = """
 seeds = 2
 [overrides]  # every run's
 "train.num_steps" = 4
@@ -31,7 +32,8 @@ checkpoint = "last"
 beam_size = 1
 max_sentences = 8
 length_penalties = [1.0]
-[directions]
+"""
+PLAN = SETTINGS + """[directions]
 smoke = "configs/smoke.py"
 [[variants]]
 name = "base"
@@ -75,17 +77,22 @@ def test_read_step_of_a_run_stopped_early(tmp_path):
     assert sweep.read_step(tmp_path, [0, 1], "2", finished=False) == "2"
 
 
-@pytest.mark.slow
-def test_smoke_sweep_end_to_end_and_resumed(tmp_path):
-    plan_file = tmp_path / "smoke_plan.toml"
-    plan_file.write_text(PLAN)
+def run_sweep(tmp_path, plan: str) -> tuple:
+    """scripts/sweep.py on the plan's text, which must succeed: (runs folder, results
+    folder, the command, the records of sweep.json)."""
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(plan)
     runs, out = tmp_path / "runs", tmp_path / "out"
     argv = [sys.executable, "scripts/sweep.py", str(plan_file), "--runs", str(runs),
             "--out", str(out)]
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return runs, out, argv, json.loads((out / "sweep.json").read_text())["runs"]
 
-    records = json.loads((out / "sweep.json").read_text())["runs"]
+
+@pytest.mark.slow
+def test_smoke_sweep_end_to_end_and_resumed(tmp_path):
+    runs, out, argv, records = run_sweep(tmp_path, PLAN)
     assert [(r["variant"], r["status"]) for r in records] == [("base", "done"),
                                                               ("no_dropout", "done")]
     for record in records:
@@ -122,21 +129,7 @@ def test_smoke_sweep_end_to_end_and_resumed(tmp_path):
     assert (out / "smoke" / "base" / "train.log").read_text() == log
 
 
-TEACHER_PLAN = """
-seeds = 2
-[overrides]
-"train.num_steps" = 4
-"eval.every_steps" = 0
-"checkpoint.every_steps" = 2
-"eval.max_sentences" = 8
-"attention_maps.enabled" = false
-[read]
-split = "valid"
-checkpoint = "last"
-beam_size = 1
-max_sentences = 8
-length_penalties = [1.0]
-[distill]
+TEACHER_PLAN = SETTINGS + """[distill]
 length_penalty = 0.6
 [directions]
 smoke = "configs/smoke.py"
@@ -187,17 +180,9 @@ def test_a_student_trains_on_its_teachers_ensemble_translation(tmp_path):
             **{f"data.{split}_{side}": f'"{tmp_path / f"{file}.{lang}"}"'
                for split, file in (("train", "train"), ("valid", "val"))
                for side, lang in (("source", "de"), ("target", "en"))}}
-    plan_file = tmp_path / "plan.toml"
-    plan_file.write_text(TEACHER_PLAN.replace(
+    runs, out, argv, records = run_sweep(tmp_path, TEACHER_PLAN.replace(
         '"train.num_steps" = 4', '"train.num_steps" = 4\n' + "\n".join(
             f'"{k}" = {v}' for k, v in data.items())))
-    runs, out = tmp_path / "runs", tmp_path / "out"
-    argv = [sys.executable, "scripts/sweep.py", str(plan_file), "--runs", str(runs),
-            "--out", str(out)]
-    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-
-    records = json.loads((out / "sweep.json").read_text())["runs"]
     assert [(r["variant"], r["status"]) for r in records] == [("base", "done"), ("kd", "done")]
     teacher = records[1]["teacher"]
     hyp = runs / "smoke" / "base" / "seed0" / "eval" / "teacher.train.last.beam1.lp0.6.ens2.hyp.txt"
