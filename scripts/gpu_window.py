@@ -16,7 +16,7 @@ scripts/gpu_window.sh, which prepares the machine first):
   4. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
   5. sweep: scripts/sweep.py on a plan with the minutes left: each run's results,
      metrics and (for a distillation student) its teacher's text come back; checkpoints
-     only with --sweep_pack (a lent machine hands back 64 MiB: about two runs' seeds).
+     only with --sweep_pack (a lent machine hands back 64 MiB: about two seeds' checkpoints).
 
     python scripts/gpu_window.py [--phases recipe,seeds,profile,peer,sweep]
         [--deadline_s 570] [--results $OUT/results/bench] [--work /tmp/gpu_window]
