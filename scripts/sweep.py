@@ -28,7 +28,8 @@ The plan (TOML; scripts/plans/anchors.toml is one):
     [[variants]]                   # in priority order: a deadline cuts the last ones
     name = "base"
     directions = ["de_en"]         # optional, default every direction
-    overrides = { "train.batch_tokens" = 8192 }    # optional; also time_limit_minutes, pack
+    overrides = { "train.batch_tokens" = 8192 }    # optional; also time_limit_minutes, pack,
+                                   # length_penalties (in place of [read]'s)
     [[variants]]                   # sequence-level distillation (docs/training.md)
     name = "kd"
     teacher = "base"               # an earlier variant: its seeds, one ensemble, translate
@@ -157,7 +158,8 @@ def check_teacher(path: Path, variant: dict, earlier: dict[str, dict], common: d
 
 def runs_of(plan: dict, only: set[str] | None = None) -> list[dict]:
     """The plan's runs in order, each {"direction", "variant", "config", "overrides",
-    "teacher", "time_limit_minutes", "pack"}; `only` keeps the variants of those names."""
+    "teacher", "time_limit_minutes", "pack", "length_penalties"}; `only` keeps the
+    variants of those names."""
     runs = []
     for variant in plan["variants"]:
         if only and variant["name"] not in only:
@@ -170,7 +172,9 @@ def runs_of(plan: dict, only: set[str] | None = None) -> list[dict]:
                 "teacher": variant.get("teacher"),
                 "time_limit_minutes": variant.get("time_limit_minutes",
                                                   plan.get("time_limit_minutes", 0)),
-                "pack": bool(variant.get("pack", plan.get("pack", False)))})
+                "pack": bool(variant.get("pack", plan.get("pack", False))),
+                "length_penalties": variant.get("length_penalties",
+                                                plan["read"]["length_penalties"])})
     return runs
 
 
@@ -381,7 +385,7 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
     print(f"sweep: {name} trained ({record['train']['ended']}, exit {code}, "
           f"{record['train']['seconds']:.0f} s, steps {record['train']['steps']})", flush=True)
 
-    read = plan["read"]
+    read = {**plan["read"], "length_penalties": run["length_penalties"]}
     record["evaluations"] = []
     step = read_step(parent, seeds, read["checkpoint"], finished)
     for split in read["splits"]:

@@ -41,6 +41,7 @@ name = "base"
 name = "no_dropout"
 overrides = { "model.dropout" = 0.0 }
 pack = true
+length_penalties = [1.0, 1.5]
 """
 
 
@@ -54,6 +55,8 @@ def test_plan_reading(tmp_path):
         ("smoke", "base", False), ("smoke", "no_dropout", True)]
     assert runs[1]["overrides"]["model.dropout"] == 0.0  # the plan's and the variant's
     assert runs[1]["overrides"]["train.num_steps"] == 4
+    # A variant's own length penalties replace the plan's.
+    assert [r["length_penalties"] for r in runs] == [[1.0], [1.0, 1.5]]
     assert "--config.attention_maps.enabled=False" in sweep.override_flags(runs[0]["overrides"])
     assert [r["variant"] for r in sweep.runs_of(plan, {"no_dropout"})] == ["no_dropout"]
     # The anchors' plan reads: 3 seeds, each variant over its directions.
@@ -98,7 +101,9 @@ def test_smoke_sweep_end_to_end_and_resumed(tmp_path):
     for record in records:
         assert record["train"] == {**record["train"], "exit_code": 0, "ended": "finished",
                                    "steps": {"seed0": 4, "seed1": 4}}
-        (evaluation,) = record["evaluations"]
+        evaluation, *more = record["evaluations"]
+        assert [e["name"] for e in more] == (  # no_dropout's own length penalties
+            ["valid.last.beam1.lp1.5"] if record["variant"] == "no_dropout" else [])
         assert evaluation["name"] == "valid.last.beam1.lp1.0"
         assert len(evaluation["per_seed"]["bleu"]) == 2 and evaluation["bleu"] is not None
         target = out / "smoke" / record["variant"]
