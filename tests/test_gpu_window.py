@@ -1,6 +1,7 @@
 """scripts/gpu_window.{sh,py}, the lent-GPU window's one command, tried on the CPU with the
 smoke config: the recipe and seeds phases write their JSONs and bring back the measured
-runs' metrics, and the shell wrapper hands everything back as one archive in parts."""
+runs' metrics, a later call's sweep goes on from an earlier call's, and the shell wrapper
+hands everything back as one archive in parts."""
 
 import json
 import os

@@ -1,5 +1,6 @@
 """scripts/sweep.py: a plan's variants x seeds trained together, read on validation and
-collected in one folder, end to end on the smoke config; rerunning skips finished runs."""
+collected in one folder, end to end on the smoke config; rerunning skips finished runs; a
+distillation student trains on its teacher variant's ensemble translation."""
 
 import gzip
 import json
