@@ -324,7 +324,7 @@ def teach(run: dict, plan: dict, runs_dir: Path, out: Path, target: Path,
                     seconds=round(time.time() - start, 1))
         print(f"sweep: {name}: teacher {run['teacher']} translated the training split "
               f"(exit {code}{', deadline' if cut else ''}, {info['seconds']:.0f} s)", flush=True)
-    result = hyp.with_name(hyp.name.removesuffix(".hyp.txt") + ".json")
+    result = hyp.with_name(f"{label}.json")
     if result.is_file():
         info.update({k: v for k, v in json.loads(result.read_text()).items()
                      if k in ("bleu", "bleu_lc_tok", "chrf", "num_sentences")})
