@@ -14,9 +14,11 @@ scripts/gpu_window.sh, which prepares the machine first):
   3. profile: bench/step_profile.py on the recipe's model (tiny) at 4,096 tokens: step
      against dispatch time and the device-busy time of a trace (host- or device-bound).
   4. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
-  5. sweep: scripts/sweep.py on a plan with the minutes left: each run's results,
-     metrics and (for a distillation student) its teacher's text come back; checkpoints
-     only with --sweep_pack (a lent machine hands back 64 MiB: about two seeds' checkpoints).
+  5. sweep: scripts/sweep.py on a plan with the minutes left, going on from the earlier
+     windows' results committed in `results/sweep/<plan>/` (`--sweep_earlier`): each
+     run's results, metrics and (for a distillation teacher) its translation of the
+     training split come back; checkpoints only with --sweep_pack (a lent machine hands
+     back 64 MiB: about two seeds' checkpoints).
 
     python scripts/gpu_window.py [--phases recipe,seeds,profile,peer,sweep]
         [--deadline_s 570] [--results $OUT/results/bench] [--work /tmp/gpu_window]
@@ -28,7 +30,8 @@ device, and the measured runs' metrics.jsonl in `<results>/../runs/`; the sweep 
 and collects in `runs/gpu_window/` of the repository (`--sweep_runs`, `--sweep_out`:
 ignored folders, which a warm lent machine keeps between calls, so a later call's sweep
 skips the runs done and resumes the one cut off), and its results are copied to
-`<results>/../sweep` at the end. A phase that does not fit in the
+`<results>/../sweep/<plan>` at the end: unpacked over the repository, they land where
+the next window's sweep reads them. A phase that does not fit in the
 time left is skipped. On a CPU, `--config configs/smoke.py` with a few steps tries the
 recipe and seeds phases (tests/test_gpu_window.py).
 """
@@ -202,12 +205,16 @@ def main(argv: list[str] | None = None) -> int:
                         default=Path("runs/gpu_window/sweep_results"))
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu_window"))
     parser.add_argument("--plan", default="scripts/plans/anchors.toml")
+    parser.add_argument("--sweep_earlier", type=Path, default=None,
+                        help="the earlier windows' sweep results [results/sweep/<plan>]")
     parser.add_argument("--sweep_pack", action="store_true",
                         help="the sweep also hands back each run's newest checkpoints")
     parser.add_argument("--peer_args", default="", help="more flags for bench/gpu_peer.py")
     args = parser.parse_args(argv)
     # Inside the repository (relative to it), wherever the driver was started from.
     args.sweep_runs, args.sweep_out = REPO / args.sweep_runs, REPO / args.sweep_out
+    plan_name = Path(args.plan).stem
+    args.sweep_earlier = REPO / (args.sweep_earlier or Path("results/sweep") / plan_name)
     if args.seeds_override is None:
         args.seeds_override = ["--config.data.pack_length=64", "--config.train.batch_tokens=2944"]
     start = time.time()
@@ -240,10 +247,12 @@ def main(argv: list[str] | None = None) -> int:
         argv = [sys.executable, "scripts/sweep.py", args.plan, "--runs",
                 str(args.sweep_runs), "--out", str(args.sweep_out),
                 "--deadline_minutes", f"{(left() - 10) / 60:.2f}",
-                *(["--pack"] if args.sweep_pack else [])]
+                *(["--pack"] if args.sweep_pack else []),
+                *(["--earlier", str(args.sweep_earlier)] if args.sweep_earlier.is_dir() else [])]
         code, _ = run_process(argv, args.work / "sweep.log", left())
-        if args.sweep_out.is_dir():  # every call's results so far, those of earlier calls too
-            shutil.copytree(args.sweep_out, args.results.parent / "sweep", dirs_exist_ok=True)
+        if args.sweep_out.is_dir():  # every result so far, those of earlier calls too
+            shutil.copytree(args.sweep_out, args.results.parent / "sweep" / plan_name,
+                            dirs_exist_ok=True)
         print(f"gpu_window: sweep exit {code}", flush=True)
     for log in sorted(args.work.glob("*.log")):  # what happened, back with the results
         (args.results.parent / "logs").mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ evaluate.py (every seed, and their mean / standard deviation), and its result JS
 metrics are collected in one output folder.
 
     python scripts/sweep.py PLAN.toml --runs runs/sweep --out $OUT/sweep \
-        [--deadline_minutes 12] [--only NAME,...] [--pack]
+        [--deadline_minutes 12] [--only NAME,...] [--pack] [--earlier results/sweep/PLAN]
 
 The plan (TOML; scripts/plans/anchors.toml is one):
 
@@ -39,27 +39,32 @@ The plan (TOML; scripts/plans/anchors.toml is one):
     length_penalty = 1.0           # average_last, beam_size, batch_size default to [read]'s,
                                    # length_penalty to the direction config's
 
-A student (a variant with a `teacher`) starts once its teacher's run of the same direction
-is done: the teacher's seeds translate the training split as one ensemble (`evaluate.py
---split train --ensemble`, once: the file is kept in the teacher's seed0/eval/ and reused),
-and the student trains with `data.distilled_targets` set to that file; its run.json
-records the teacher's file, command and BLEU on the training split.
+A teacher (a variant some later variant names) translates the training split as soon as
+its run of a direction is done, its seeds as one ensemble (`evaluate.py --split train
+--ensemble`, once: the file is kept in its seed0/eval/ and reused), while its checkpoints
+are on the machine; the text comes back gzipped beside its run.json, which records it
+("teaches"). A student starts once its teacher's run of the same direction is done and
+trains with `data.distilled_targets` set to that text (unpacked from the gzip where the
+teacher trained on another machine); its run.json records the teacher's text, command
+and BLEU on the training split.
 
 A run is one variant of one direction: its seeds train in `<runs>/<direction>/<variant>/
 seed<k>/` (the `--seeds` layout, so `evaluate.py --workdir <runs>/<direction>/<variant>`
 summarizes them and `--ensemble` takes them), and everything it brings back goes to
 `<out>/<direction>/<variant>/`: run.json (what was run, how training ended, each
 evaluation's summary scores), train.log, eval_*.log, seed<k>/{config.json,
-metrics.jsonl, eval/*.json}, eval/*.json (the seed summaries), for a student
-teacher.log and teacher.train.hyp.txt.gz (the distilled text) and, with `pack`,
-seed<k>.tgz.part* (split into 15 MiB parts). `<out>/sweep.json` lists every run's
-run.json, rewritten after each run; a table of the scores is printed at the end.
+metrics.jsonl, eval/*.json}, eval/*.json (the seed summaries), for a teacher
+teacher.log and teacher.train.<reading>.ens<N>.hyp.txt.gz (the distilled text) and,
+with `pack`, seed<k>.tgz.part* (split into 15 MiB parts). `<out>/sweep.json` lists every
+run's run.json, rewritten after each run; a table of the scores is printed at the end.
 
 Resumable: a run whose run.json says "done" is skipped; a run cut off (the process
 killed, the deadline) trains on from its checkpoints when the sweep runs again (train.py
-resumes each seed). The deadline (`--deadline_minutes`, from the sweep's start) stops
-training early enough for the reading (`--read_minutes` per run, default 2) and starts
-no run after it. train.py and evaluate.py run as subprocesses of this interpreter; the
+resumes each seed). Across machines: `--earlier` names the results folder an earlier
+sweep brought back (committed as `results/sweep/<plan>/`); its runs done are copied into
+`--out` and skipped, and their distilled texts teach here. The deadline
+(`--deadline_minutes`, from the sweep's start) stops training early enough for the
+reading (`--read_minutes` per run, default 2) and starts no run after it. train.py and evaluate.py run as subprocesses of this interpreter; the
 driver itself needs only the standard library.
 """
 
@@ -158,9 +163,11 @@ def check_teacher(path: Path, variant: dict, earlier: dict[str, dict], common: d
 
 def runs_of(plan: dict, only: set[str] | None = None) -> list[dict]:
     """The plan's runs in order, each {"direction", "variant", "config", "overrides",
-    "teacher", "time_limit_minutes", "pack", "length_penalties"}; `only` keeps the
-    variants of those names."""
+    "teacher", "teaches" (a later variant of the plan is its student), "time_limit_minutes",
+    "pack", "length_penalties"}; `only` keeps the variants of those names."""
     runs = []
+    taught = {(v["teacher"], d) for v in plan["variants"] if v.get("teacher")
+              for d in v.get("directions", plan["directions"])}
     for variant in plan["variants"]:
         if only and variant["name"] not in only:
             continue
@@ -170,6 +177,7 @@ def runs_of(plan: dict, only: set[str] | None = None) -> list[dict]:
                 "config": plan["directions"][direction],
                 "overrides": {**plan.get("overrides", {}), **variant.get("overrides", {})},
                 "teacher": variant.get("teacher"),
+                "teaches": (variant["name"], direction) in taught,
                 "time_limit_minutes": variant.get("time_limit_minutes",
                                                   plan.get("time_limit_minutes", 0)),
                 "pack": bool(variant.get("pack", plan.get("pack", False))),
@@ -288,20 +296,37 @@ def evaluate_argv(workdir: Path, split: str, label: str, step: str, settings: di
                    if key != "checkpoint" and settings.get(key) is not None]
 
 
-def teach(run: dict, plan: dict, runs_dir: Path, out: Path, target: Path,
-          deadline: float | None, keep_seconds: float) -> dict | None:
-    """The teacher's translation of the training split for a student run: its seeds'
-    ensemble decodes `--split train` once (reused when the file exists). Returns
-    {"variant", "file", "checkpoint", ...} (with "exit_code" when it was decoded now), or
-    None when it cannot start: the teacher's run is not done, or the deadline leaves less
-    than `keep_seconds` and a minute after it."""
-    name, seeds = f"{run['direction']}/{run['variant']}", plan["seeds"]
-    parent = runs_dir / run["direction"] / run["teacher"]
-    record_path = out / run["direction"] / run["teacher"] / "run.json"
+def teacher_text(direction: str, teacher: str, plan: dict, runs_dir: Path, out: Path,
+                 deadline: float | None, keep_seconds: float) -> dict | None:
+    """The teacher run's seeds, as one ensemble, translating the training split (the text a
+    student trains on): decoded once (`evaluate.py --split train --ensemble`) into the
+    teacher's seed0/eval/, handed back gzipped beside its run.json, and recorded there as
+    "teaches" {"label", "text", "checkpoint", scores}; a machine without the teacher's
+    checkpoints (a later lent machine, given the earlier results with `--earlier`) unpacks
+    that text instead of decoding. Returns {"variant", "file", "label", "text",
+    "checkpoint", ...} ("exit_code" when decoded now), or None when it cannot be had here:
+    the teacher is not done, neither its text nor its checkpoints are here, or the deadline
+    leaves less than `keep_seconds` and a minute after the decoding."""
+    seeds, parent, folder = plan["seeds"], runs_dir / direction / teacher, out / direction / teacher
+    record_path = folder / "run.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
     if record.get("status") != "done":
-        print(f"sweep: {name} not started: its teacher {run['teacher']} is not done",
-              flush=True)
+        print(f"sweep: {direction}/{teacher} is not done: it teaches nothing yet", flush=True)
+        return None
+    known = record.get("teaches")
+    if known:
+        hyp = (parent / "seed0" / "eval" / f"{known['label']}.hyp.txt").resolve()
+        if not hyp.is_file() and (folder / known["text"]).is_file():
+            hyp.parent.mkdir(parents=True, exist_ok=True)
+            tmp = hyp.with_name(hyp.name + ".tmp")
+            with gzip.open(folder / known["text"], "rb") as packed, open(tmp, "wb") as text:
+                shutil.copyfileobj(packed, text)
+            os.replace(tmp, hyp)
+        if hyp.is_file():
+            return {**known, "file": str(hyp)}
+    if not checkpoint_steps(parent / "seed0"):
+        print(f"sweep: {direction}/{teacher} teaches nothing here: neither its checkpoints "
+              "nor its translation of the training split are on this machine", flush=True)
         return None
     settings = plan["distill"]
     step = read_step(parent, seeds, settings.get("checkpoint", "last"),
@@ -309,26 +334,50 @@ def teach(run: dict, plan: dict, runs_dir: Path, out: Path, target: Path,
     label = "teacher." + reading_label("train", step, settings,
                                        settings.get("length_penalty")) + f".ens{len(seeds)}"
     hyp = (parent / "seed0" / "eval" / f"{label}.hyp.txt").resolve()
-    info = {"variant": run["teacher"], "file": str(hyp), "checkpoint": step}
+    info = {"variant": teacher, "label": label, "text": f"{label}.hyp.txt.gz",
+            "checkpoint": step}
     if not hyp.is_file():  # evaluate.py writes it whole or not at all
         limit = None if deadline is None else deadline - time.time() - keep_seconds - 60
         if limit is not None and limit < 30:
-            print(f"sweep: {name} not started: no time left to decode its teacher", flush=True)
+            print(f"sweep: {direction}/{teacher}: no time left to translate the training "
+                  "split", flush=True)
             return None
         argv = evaluate_argv(parent / "seed0", "train", label, step, settings, TEACH_KEYS)
         argv += ["--ensemble", ",".join(str(parent / f"seed{k}") for k in seeds[1:])
                  ] if len(seeds) > 1 else []
         start = time.time()
-        code, cut = run_process(argv, target / "teacher.log", limit)
+        code, cut = run_process(argv, folder / "teacher.log", limit)
         info.update(command=" ".join(argv[1:]), exit_code=code, cut=cut,
                     seconds=round(time.time() - start, 1))
-        print(f"sweep: {name}: teacher {run['teacher']} translated the training split "
-              f"(exit {code}{', deadline' if cut else ''}, {info['seconds']:.0f} s)", flush=True)
+        print(f"sweep: {direction}/{teacher} translated the training split (exit {code}"
+              f"{', deadline' if cut else ''}, {info['seconds']:.0f} s)", flush=True)
+    if not hyp.is_file():
+        return {**info, "file": str(hyp)}  # the decoding failed: see teacher.log
     result = hyp.with_name(f"{label}.json")
     if result.is_file():
         info.update({k: v for k, v in json.loads(result.read_text()).items()
                      if k in ("bleu", "bleu_lc_tok", "chrf", "num_sentences")})
-    return info
+    with open(hyp, "rb") as text, gzip.open(folder / info["text"], "wb") as packed:
+        shutil.copyfileobj(text, packed)
+    record["teaches"] = info
+    write_json(record_path, record)
+    return {**info, "file": str(hyp)}
+
+
+def copy_earlier(earlier: Path, out: Path) -> list[str]:
+    """Copies each run that an earlier sweep's results folder (`--earlier`: brought back
+    from another machine) holds as done into `out`, unless `out` has that run already, so
+    the sweep skips it and its record, text and scores come back again. Returns the runs
+    copied, as `<direction>/<variant>`."""
+    copied = []
+    for record_path in sorted(earlier.glob("*/*/run.json")):
+        name = f"{record_path.parent.parent.name}/{record_path.parent.name}"
+        if json.loads(record_path.read_text()).get("status") != "done" or \
+                (out / name / "run.json").exists():
+            continue
+        shutil.copytree(record_path.parent, out / name, dirs_exist_ok=True)
+        copied.append(name)
+    return copied
 
 
 def write_json(path: Path, value) -> None:
@@ -354,8 +403,10 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
     target.mkdir(parents=True, exist_ok=True)
     seeds, overrides, teacher = plan["seeds"], dict(run["overrides"]), None
     if run["teacher"]:
-        teacher = teach(run, plan, runs_dir, out, target, deadline, read_seconds)
+        teacher = teacher_text(run["direction"], run["teacher"], plan, runs_dir, out,
+                               deadline, read_seconds)
         if teacher is None:
+            print(f"sweep: {name} not started", flush=True)
             return None
         overrides["data.distilled_targets"] = teacher["file"]
     record = {"direction": run["direction"], "variant": run["variant"],
@@ -408,10 +459,6 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
                 f"failed (exit {code}{', deadline' if cut else ''}; see eval_{label}.log)"),
                 flush=True)
     collect(parent, target, seeds)
-    if teacher:  # the distilled text comes back too: students can train anywhere on it
-        with open(teacher["file"], "rb") as text, \
-                gzip.open(target / "teacher.train.hyp.txt.gz", "wb") as packed:
-            shutil.copyfileobj(text, packed)
     if run["pack"] or pack_all:
         record["packed"] = pack(parent, target, seeds)
     # A run done is skipped when the sweep runs again; a failed one is tried again.
@@ -419,6 +466,9 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
         "bleu" in e for e in record["evaluations"])
     record["status"] = "done" if record["train"]["ended"] != "error" and read_all else "failed"
     write_json(record_path, record)
+    if record["status"] == "done" and run["teaches"]:  # now, while its checkpoints are here
+        teacher_text(run["direction"], run["variant"], plan, runs_dir, out, deadline, 0)
+        record = json.loads(record_path.read_text())
     return record
 
 
@@ -455,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="time kept for each run's evaluations under a deadline")
     parser.add_argument("--only", default="", help="comma-separated variant names")
     parser.add_argument("--pack", action="store_true", help="pack every run's checkpoints")
+    parser.add_argument("--earlier", type=Path, default=None,
+                        help="an earlier sweep's results folder (from another machine): its "
+                             "runs done are copied into --out and skipped")
     args = parser.parse_args(argv)
     start = time.time()
     try:
@@ -466,7 +519,14 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = args.runs or Path("runs") / stem
     out = args.out or (Path(os.environ["OUT"]) / stem if os.environ.get("OUT")
                        else runs_dir / "results")
+    if args.earlier is not None and not args.earlier.is_dir():
+        print(f"error: --earlier {args.earlier}: not a folder", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
+    if args.earlier is not None:
+        copied = copy_earlier(args.earlier, out)
+        print(f"sweep: {len(copied)} run(s) done earlier, from {args.earlier}: "
+              f"{', '.join(copied) or '-'}", flush=True)
     deadline = None if args.deadline_minutes is None else start + 60 * args.deadline_minutes
     only = {n for n in args.only.split(",") if n} or None
     records = []

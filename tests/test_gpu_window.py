@@ -1,7 +1,8 @@
 """scripts/gpu_window.{sh,py}, the lent-GPU window's one command, tried on the CPU with the
 smoke config: the recipe and seeds phases write their JSONs and bring back the measured
-runs' metrics, a later call's sweep goes on from an earlier call's, and the shell wrapper
-hands everything back as one archive in parts."""
+runs' metrics, a later call's sweep goes on from an earlier call's, a later window's from
+the results an earlier window brought back, and the shell wrapper hands everything back
+as one archive in parts."""
 
 import json
 import os
@@ -71,22 +72,28 @@ name = "base"
 @pytest.mark.slow
 def test_a_later_calls_sweep_skips_what_an_earlier_call_did(tmp_path):
     """The sweep trains in folders kept between calls (--sweep_runs, --sweep_out); each
-    call hands back every result so far, its own and the earlier calls'."""
+    call hands back every result so far, its own and the earlier calls'. A later window,
+    on a fresh machine, goes on from what an earlier one brought back (--sweep_earlier:
+    by default results/sweep/<plan>, where the hand-back lands in the repository)."""
     (tmp_path / "plan.toml").write_text(PLAN)
     argv = [sys.executable, "scripts/gpu_window.py", "--phases", "sweep",
-            "--plan", str(tmp_path / "plan.toml"), "--sweep_runs", str(tmp_path / "runs"),
-            "--sweep_out", str(tmp_path / "kept"), "--work", str(tmp_path / "work")]
-    for call in ("first", "second"):
+            "--plan", str(tmp_path / "plan.toml"), "--work", str(tmp_path / "work"),
+            "--sweep_earlier", str(tmp_path / "first" / "results" / "sweep" / "plan")]
+    for call, machine in (("first", "a"), ("second", "a"), ("later window", "b")):
         results = tmp_path / call / "results" / "bench"
-        done = subprocess.run([*argv, "--results", str(results)], cwd=REPO,
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run([*argv, "--results", str(results),
+                               "--sweep_runs", str(tmp_path / machine / "runs"),
+                               "--sweep_out", str(tmp_path / machine / "kept")],
+                              cwd=REPO, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        record = json.loads((results.parent / "sweep" / "smoke" / "base" / "run.json")
+        record = json.loads((results.parent / "sweep" / "plan" / "smoke" / "base" / "run.json")
                             .read_text())
         assert record["status"] == "done" and record["evaluations"][0]["bleu"] is not None
     logs = [(tmp_path / call / "results" / "logs" / "sweep.log").read_text()
-            for call in ("first", "second")]
-    assert "done before, skipped" not in logs[0] and "done before, skipped" in logs[1]
+            for call in ("first", "second", "later window")]
+    assert "done before, skipped" not in logs[0]
+    assert all("done before, skipped" in log for log in logs[1:])
+    assert "1 run(s) done earlier" in logs[2] and not (tmp_path / "b" / "runs").exists()
 
 
 def test_the_wrapper_hands_back_one_archive_in_parts(tmp_path):

@@ -1,9 +1,12 @@
 """scripts/sweep.py: a plan's variants x seeds trained together, read on validation and
-collected in one folder, end to end on the smoke config; rerunning skips finished runs; a
-distillation student trains on its teacher variant's ensemble translation."""
+collected in one folder, end to end on the smoke config; rerunning skips finished runs,
+and so does a sweep given an earlier machine's results; a distillation student trains on
+its teacher variant's ensemble translation, here or on a machine without the teacher's
+checkpoints."""
 
 import gzip
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -81,22 +84,24 @@ def test_read_step_of_a_run_stopped_early(tmp_path):
     assert sweep.read_step(tmp_path, [0, 1], "2", finished=False) == "2"
 
 
-def run_sweep(tmp_path, plan: str) -> tuple:
-    """scripts/sweep.py on the plan's text, which must succeed: (runs folder, results
-    folder, the command, the records of sweep.json)."""
+def run_sweep(tmp_path, plan: str, *flags: str, machine: str = "") -> tuple:
+    """scripts/sweep.py on the plan's text, which must succeed, in `runs<machine>` and
+    `out<machine>`: (runs folder, results folder, the command, the records of sweep.json,
+    what it printed)."""
     plan_file = tmp_path / "plan.toml"
     plan_file.write_text(plan)
-    runs, out = tmp_path / "runs", tmp_path / "out"
+    runs, out = tmp_path / f"runs{machine}", tmp_path / f"out{machine}"
     argv = [sys.executable, "scripts/sweep.py", str(plan_file), "--runs", str(runs),
-            "--out", str(out)]
+            "--out", str(out), *flags]
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return runs, out, argv, json.loads((out / "sweep.json").read_text())["runs"]
+    return (runs, out, argv, json.loads((out / "sweep.json").read_text())["runs"],
+            result.stdout)
 
 
 @pytest.mark.slow
 def test_smoke_sweep_end_to_end_and_resumed(tmp_path):
-    runs, out, argv, records = run_sweep(tmp_path, PLAN)
+    runs, out, argv, records, _ = run_sweep(tmp_path, PLAN)
     assert [(r["variant"], r["status"]) for r in records] == [("base", "done"),
                                                               ("no_dropout", "done")]
     for record in records:
@@ -152,7 +157,8 @@ def test_a_student_plan_names_an_earlier_teacher_of_the_same_text(tmp_path):
     plan_file = tmp_path / "p.toml"
     plan_file.write_text(TEACHER_PLAN)
     plan = sweep.load_plan(plan_file)
-    assert [r["teacher"] for r in sweep.runs_of(plan)] == [None, "base"]
+    assert [(r["teacher"], r["teaches"]) for r in sweep.runs_of(plan)] == [
+        (None, True), ("base", False)]
     # The teacher decodes as the plan reads, at its own length penalty.
     assert plan["distill"] == {"checkpoint": "last", "beam_size": 1, "length_penalty": 0.6}
     lc = '"data.text_protocol" = "lc_norm_tok"'
@@ -186,20 +192,24 @@ def test_a_student_trains_on_its_teachers_ensemble_translation(tmp_path):
             **{f"data.{split}_{side}": f'"{tmp_path / f"{file}.{lang}"}"'
                for split, file in (("train", "train"), ("valid", "val"))
                for side, lang in (("source", "de"), ("target", "en"))}}
-    runs, out, argv, records = run_sweep(tmp_path, TEACHER_PLAN.replace(
-        '"train.num_steps" = 4', '"train.num_steps" = 4\n' + "\n".join(
-            f'"{k}" = {v}' for k, v in data.items())))
+    plan = TEACHER_PLAN.replace('"train.num_steps" = 4', '"train.num_steps" = 4\n' + "\n".join(
+        f'"{k}" = {v}' for k, v in data.items()))
+    runs, out, argv, records, _ = run_sweep(tmp_path, plan)
     assert [(r["variant"], r["status"]) for r in records] == [("base", "done"), ("kd", "done")]
     teacher = records[1]["teacher"]
-    hyp = runs / "smoke" / "base" / "seed0" / "eval" / "teacher.train.last.beam1.lp0.6.ens2.hyp.txt"
+    label = "teacher.train.last.beam1.lp0.6.ens2"
+    hyp = runs / "smoke" / "base" / "seed0" / "eval" / f"{label}.hyp.txt"
     assert teacher["file"] == str(hyp.resolve()) and teacher["exit_code"] == 0
     assert teacher["num_sentences"] == 300 and teacher["bleu"] is not None
+    # The teacher translated as soon as it was done; its run.json records the text.
+    assert records[0]["teaches"] == {k: v for k, v in teacher.items() if k != "file"}
+    assert teacher["label"] == label and teacher["text"] == f"{label}.hyp.txt.gz"
     lines = hyp.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(lines) == 300 and lines[3] == ""  # the blank source's line is kept, empty
     decoded = json.loads(hyp.with_name(hyp.name.replace(".hyp.txt", ".json")).read_text())
     assert decoded["split"] == "train" and len(decoded["ensemble"]) == 2
     assert decoded["decoding"]["length_penalty"] == 0.6
-    with gzip.open(out / "smoke" / "kd" / "teacher.train.hyp.txt.gz", "rt") as f:
+    with gzip.open(out / "smoke" / "base" / teacher["text"], "rt") as f:
         assert f.read() == hyp.read_text(encoding="utf-8")
     for k in (0, 1):
         config = json.loads((runs / "smoke" / "kd" / f"seed{k}" / "config.json").read_text())
@@ -214,4 +224,45 @@ def test_a_student_trains_on_its_teachers_ensemble_translation(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "translated the training split" not in again.stdout
     record = json.loads((out / "smoke" / "kd" / "run.json").read_text())
-    assert record["teacher"]["file"] == teacher["file"] and "exit_code" not in record["teacher"]
+    assert record["teacher"]["file"] == teacher["file"] and record["teacher"]["exit_code"] == 0
+
+    # Another machine, given these results without the student's (`--earlier`): the
+    # teacher is skipped, and the student trains on its text, unpacked: no checkpoint of
+    # the teacher is there to decode with.
+    shutil.rmtree(out / "smoke" / "kd")
+    runs2, out2, _, records2, printed = run_sweep(tmp_path, plan, "--earlier", str(out),
+                                                  machine="2")
+    assert "1 run(s) done earlier" in printed and "base done before, skipped" in printed
+    assert "translated the training split" not in printed
+    assert [(r["variant"], r["status"]) for r in records2] == [("base", "done"), ("kd", "done")]
+    assert not (runs2 / "smoke" / "base" / "seed0" / "checkpoints").exists()
+    unpacked = runs2 / "smoke" / "base" / "seed0" / "eval" / f"{label}.hyp.txt"
+    assert records2[1]["teacher"]["file"] == str(unpacked.resolve())
+    assert unpacked.read_text(encoding="utf-8") == hyp.read_text(encoding="utf-8")
+    config = json.loads((runs2 / "smoke" / "kd" / "seed0" / "config.json").read_text())
+    assert config["data"]["distilled_targets"] == str(unpacked.resolve())
+
+
+def test_runs_done_on_an_earlier_machine_are_copied_and_nothing_else(tmp_path):
+    earlier, out = tmp_path / "earlier", tmp_path / "out"
+    for name, status in (("a/done", "done"), ("a/failed", "failed"), ("b/here", "done")):
+        (earlier / name / "seed0").mkdir(parents=True)
+        (earlier / name / "run.json").write_text(json.dumps({"status": status}))
+        (earlier / name / "seed0" / "metrics.jsonl").write_text("{}\n")
+    (out / "b" / "here").mkdir(parents=True)  # this machine's own record wins
+    (out / "b" / "here" / "run.json").write_text(json.dumps({"status": "training"}))
+    assert sweep.copy_earlier(earlier, out) == ["a/done"]
+    assert (out / "a" / "done" / "seed0" / "metrics.jsonl").read_text() == "{}\n"
+    assert not (out / "a" / "failed").exists()
+    assert json.loads((out / "b" / "here" / "run.json").read_text())["status"] == "training"
+
+
+def test_an_earlier_folder_that_is_not_there_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "plan.toml").write_text(PLAN)
+    done = subprocess.run([sys.executable, "scripts/sweep.py", str(tmp_path / "plan.toml"),
+                           "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"),
+                           "--earlier", str(tmp_path / "nowhere")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.strip().endswith("not a folder")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.toml"]
