@@ -10,12 +10,15 @@ scripts/gpu_window.sh, which prepares the machine first):
      on one packed batch shape (`--seeds_override`, default the plan's `packed` variant:
      with padded buckets the seeds' batches differ in shape at a step, and each (shape,
      group of seeds) is a program to compile; bench/README.md, "A lent H200 window"):
-     ms per step of each between two train logs after warm-up (no validation between).
+     ms per step of each between two train logs after warm-up (no validation between);
+     then two one-seed runs side by side (two processes), timed over the span they share.
   3. profile: bench/step_profile.py on the recipe's model (tiny) at 4,096 tokens: step
      against dispatch time and the device-busy time of a trace (host- or device-bound).
   4. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
   5. sweep: scripts/sweep.py on a plan with the minutes left, going on from the earlier
-     windows' results committed in `results/sweep/<plan>/` (`--sweep_earlier`): each
+     windows' results committed in `results/sweep/<plan>/` (`--sweep_earlier`), two runs
+     side by side where the seeds phase found that two processes pay (`--sweep_parallel
+     auto`: each at most 1.5 times as slow as one alone), else one at a time: each
      run's results, metrics and (for a distillation teacher) its translation of the
      training split come back; checkpoints only with --sweep_pack (a lent machine hands
      back 64 MiB: about two seeds' checkpoints).
@@ -45,6 +48,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,6 +88,23 @@ def steady_ms_per_step(workdir: Path, after: int = 100) -> float | None:
             seconds += b["time"] - a["time"]
             steps += b["step"] - a["step"]
     return 1000 * seconds / steps if steps else None
+
+
+def overlap_ms_per_step(workdirs: list[Path], after: int = 100) -> list[float | None]:
+    """Each run's ms per step while all of them were stepping (past step `after`): between
+    its first and last train log inside the span they share (runs side by side start
+    and end apart: their lone steps are not the shared cost)."""
+    logs = [[e for e in events(w) if e["split"] == "train" and e["step"] >= after]
+            for w in workdirs]
+    if not all(logs):
+        return [None] * len(workdirs)
+    begin, end = max(log[0]["time"] for log in logs), min(log[-1]["time"] for log in logs)
+    result = []
+    for log in logs:
+        inside = [e for e in log if begin <= e["time"] <= end]
+        steps = inside[-1]["step"] - inside[0]["step"] if len(inside) > 1 else 0
+        result.append(1000 * (inside[-1]["time"] - inside[0]["time"]) / steps if steps else None)
+    return result
 
 
 def train_argv(config: str, workdir: Path, overrides: list[str], *more: str) -> list[str]:
@@ -127,7 +148,8 @@ def phase_recipe(args, left) -> dict:
 
 
 def phase_seeds(args, left) -> dict:
-    """One seed, then `--seeds N --together`, each for --seed_steps steps on the same
+    """One seed, then `--seeds N --together`, then two one-seed runs side by side (two
+    processes: what the sweep's `--parallel` does), each for --seed_steps steps on the same
     config and overrides; ms per (all-seeds) step of each."""
     def run(name: str, *more: str) -> tuple[dict, list[Path]]:
         parent = args.work / name
@@ -152,13 +174,30 @@ def phase_seeds(args, left) -> dict:
     one_ms = steady_ms_per_step(one_dir, after=args.log_every)
     per_seed = [steady_ms_per_step(workdir, after=args.log_every) for workdir in dirs]
     together_ms = None if None in per_seed else max(per_seed)
+    with ThreadPoolExecutor(2) as pool:
+        sides = list(pool.map(run, ("side_by_side_a", "side_by_side_b")))
+    side_ms = overlap_ms_per_step([dirs[0] for _, dirs in sides], after=args.log_every)
+    sides_ms = None if None in side_ms else max(side_ms)
     return {"seeds": args.seeds, "steps": args.seed_steps, "overrides": args.seeds_override,
             "one_seed": {**one, "ms_per_step": one_ms},
             "together": {**together, "ms_per_step": together_ms,
                          "ms_per_step_by_seed": per_seed},
             "ratio_together_to_one": round(together_ms / one_ms, 3)
             if together_ms and one_ms else None,
-            "target_ratio": 2.0}
+            "target_ratio": 2.0,
+            "two_processes": {"runs": [side for side, _ in sides], "ms_per_step": side_ms},
+            "ratio_two_processes_to_one": round(sides_ms / one_ms, 3)
+            if sides_ms and one_ms else None}
+
+
+def sweep_parallel(choice: str, seeds: dict | None) -> int:
+    """--sweep_parallel: a number, or "auto": 2 when two processes side by side each
+    stepped at most 1.5 times as slowly as one alone in this window's seeds phase (so
+    two runs at once do at least 4/3 of the work), else 1."""
+    if choice != "auto":
+        return int(choice)
+    ratio = (seeds or {}).get("ratio_two_processes_to_one")
+    return 2 if ratio is not None and ratio <= 1.5 else 1
 
 
 def phase_profile(args, left) -> tuple[int, bool]:
@@ -207,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", default="scripts/plans/anchors.toml")
     parser.add_argument("--sweep_earlier", type=Path, default=None,
                         help="the earlier windows' sweep results [results/sweep/<plan>]")
+    parser.add_argument("--sweep_parallel", default="auto",
+                        help="runs the sweep trains side by side: N, or auto (from the seeds "
+                             "phase's two processes; 1 without it) [auto]")
     parser.add_argument("--sweep_pack", action="store_true",
                         help="the sweep also hands back each run's newest checkpoints")
     parser.add_argument("--peer_args", default="", help="more flags for bench/gpu_peer.py")
@@ -231,10 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         result = {"device": device, **phase_recipe(args, left)}
         write_json(args.results / "gpu_tiny_recipe_time_to_result.json", result)
         print(f"gpu_window: recipe {json.dumps(result['run'])}", flush=True)
+    seeds = None
     if "seeds" in phases and left() > 60:
-        result = {"device": device, **phase_seeds(args, left)}
-        write_json(args.results / "gpu_seeds_together.json", result)
-        print(f"gpu_window: seeds {json.dumps(result)}", flush=True)
+        seeds = {"device": device, **phase_seeds(args, left)}
+        write_json(args.results / "gpu_seeds_together.json", seeds)
+        print(f"gpu_window: seeds {json.dumps(seeds)}", flush=True)
     if "profile" in phases and left() > 90:
         code, cut = phase_profile(args, left)
         print(f"gpu_window: profile exit {code}{' (deadline)' if cut else ''}", flush=True)
@@ -247,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = [sys.executable, "scripts/sweep.py", args.plan, "--runs",
                 str(args.sweep_runs), "--out", str(args.sweep_out),
                 "--deadline_minutes", f"{(left() - 10) / 60:.2f}",
+                "--parallel", str(sweep_parallel(args.sweep_parallel, seeds)),
                 *(["--pack"] if args.sweep_pack else []),
                 *(["--earlier", str(args.sweep_earlier)] if args.sweep_earlier.is_dir() else [])]
         code, _ = run_process(argv, args.work / "sweep.log", left())

@@ -5,6 +5,7 @@ metrics are collected in one output folder.
 
     python scripts/sweep.py PLAN.toml --runs runs/sweep --out $OUT/sweep \
         [--deadline_minutes 12] [--only NAME,...] [--pack] [--earlier results/sweep/PLAN]
+        [--parallel N]
 
 The plan (TOML; scripts/plans/anchors.toml is one):
 
@@ -58,6 +59,10 @@ teacher.log and teacher.train.<reading>.ens<N>.hyp.txt.gz (the distilled text) a
 with `pack`, seed<k>.tgz.part* (split into 15 MiB parts). `<out>/sweep.json` lists every
 run's run.json, rewritten after each run; a table of the scores is printed at the end.
 
+Runs start in plan order, `--parallel` of them side by side (each its own train.py and
+evaluate.py processes: on a GPU whose tiny steps leave it idle, N runs may cost about
+one), a student once its teacher's run has ended.
+
 Resumable: a run whose run.json says "done" is skipped; a run cut off (the process
 killed, the deadline) trains on from its checkpoints when the sweep runs again (train.py
 resumes each seed). Across machines: `--earlier` names the results folder an earlier
@@ -71,6 +76,7 @@ driver itself needs only the standard library.
 from __future__ import annotations
 
 import argparse
+import collections
 import gzip
 import json
 import math
@@ -80,14 +86,22 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import tomllib
+from concurrent import futures
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PART_BYTES = 15 * 2**20  # what one file handed back from a lent machine may hold
 READ_KEYS = ("checkpoint", "average_last", "beam_size", "batch_size", "max_sentences")
 TEACH_KEYS = ("checkpoint", "average_last", "beam_size", "batch_size", "length_penalty")
+# The child processes running now (runs go on side by side with --parallel), and whether
+# the sweep was interrupted: then no new child starts, and the running ones get SIGINT.
+LIVE: set[subprocess.Popen] = set()
+STOPPING = threading.Event()
+LOCK = threading.Lock()  # over LIVE and STOPPING
+TEACHING: collections.defaultdict = collections.defaultdict(threading.Lock)  # a teacher's decoding
 
 
 class PlanError(ValueError):
@@ -200,11 +214,19 @@ def checkpoint_steps(workdir: Path) -> list[int]:
 def run_process(argv: list[str], log: Path, limit_s: float | None) -> tuple[int, bool]:
     """Runs `argv` from the repository root with stdout and stderr to `log`; after
     `limit_s` seconds it gets SIGINT (train.py saves, then exits 130) and, a minute later,
-    SIGKILL. Returns (exit code, whether the limit stopped it)."""
+    SIGKILL. Returns (exit code, whether the limit stopped it); (130, True) without
+    starting it once the sweep is stopping."""
     with open(log, "a", encoding="utf-8") as out:
         out.write(f"$ {' '.join(argv)}\n")
         out.flush()
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        with LOCK:
+            if STOPPING.is_set():
+                return 130, True
+            # A session of its own: Ctrl-C reaches the sweep alone, which passes one SIGINT
+            # on (stop_children; a second would cut a training's save short).
+            proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            LIVE.add(proc)
         try:
             return proc.wait(timeout=limit_s), False
         except subprocess.TimeoutExpired:
@@ -218,6 +240,23 @@ def run_process(argv: list[str], log: Path, limit_s: float | None) -> tuple[int,
             if proc.poll() is None:  # the sweep itself was interrupted
                 proc.kill()
                 proc.wait()
+            with LOCK:
+                LIVE.discard(proc)
+
+
+def stop_children() -> None:
+    """The sweep was interrupted: no child starts any more, and each running one gets
+    SIGINT (a training saves), then SIGKILL a minute later."""
+    with LOCK:
+        STOPPING.set()
+        running = list(LIVE)
+    for proc in running:
+        proc.send_signal(signal.SIGINT)
+    for proc in running:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def read_step(parent: Path, seeds: list[int], requested: str, finished: bool) -> str | None:
@@ -304,64 +343,68 @@ def teacher_text(direction: str, teacher: str, plan: dict, runs_dir: Path, out: 
     "teaches" {"label", "text", "checkpoint", scores}; a machine without the teacher's
     checkpoints (a later lent machine, given the earlier results with `--earlier`) unpacks
     that text instead of decoding. Returns {"variant", "file", "label", "text",
-    "checkpoint", ...} ("exit_code" when decoded now), or None when it cannot be had here:
-    the teacher is not done, neither its text nor its checkpoints are here, or the deadline
-    leaves less than `keep_seconds` and a minute after the decoding."""
-    seeds, parent, folder = plan["seeds"], runs_dir / direction / teacher, out / direction / teacher
-    record_path = folder / "run.json"
-    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
-    if record.get("status") != "done":
-        print(f"sweep: {direction}/{teacher} is not done: it teaches nothing yet", flush=True)
-        return None
-    known = record.get("teaches")
-    if known:
-        hyp = (parent / "seed0" / "eval" / f"{known['label']}.hyp.txt").resolve()
-        if not hyp.is_file() and (folder / known["text"]).is_file():
-            hyp.parent.mkdir(parents=True, exist_ok=True)
-            tmp = hyp.with_name(hyp.name + ".tmp")
-            with gzip.open(folder / known["text"], "rb") as packed, open(tmp, "wb") as text:
-                shutil.copyfileobj(packed, text)
-            os.replace(tmp, hyp)
-        if hyp.is_file():
-            return {**known, "file": str(hyp)}
-    if not checkpoint_steps(parent / "seed0"):
-        print(f"sweep: {direction}/{teacher} teaches nothing here: neither its checkpoints "
-              "nor its translation of the training split are on this machine", flush=True)
-        return None
-    settings = plan["distill"]
-    step = read_step(parent, seeds, settings.get("checkpoint", "last"),
-                     record["train"]["ended"] == "finished")
-    label = "teacher." + reading_label("train", step, settings,
-                                       settings.get("length_penalty")) + f".ens{len(seeds)}"
-    hyp = (parent / "seed0" / "eval" / f"{label}.hyp.txt").resolve()
-    info = {"variant": teacher, "label": label, "text": f"{label}.hyp.txt.gz",
-            "checkpoint": step}
-    if not hyp.is_file():  # evaluate.py writes it whole or not at all
-        limit = None if deadline is None else deadline - time.time() - keep_seconds - 60
-        if limit is not None and limit < 30:
-            print(f"sweep: {direction}/{teacher}: no time left to translate the training "
-                  "split", flush=True)
+    "checkpoint", ...} ("exit_code" when it was decoded), or None when it cannot be had
+    here: the teacher is not done, neither its text nor its checkpoints are here, or the
+    deadline leaves less than `keep_seconds` and a minute after the decoding."""
+    with TEACHING[(direction, teacher)]:  # two students of one teacher may ask at once
+        seeds, parent = plan["seeds"], runs_dir / direction / teacher
+        folder = out / direction / teacher
+        record = json.loads((folder / "run.json").read_text()) \
+            if (folder / "run.json").is_file() else {}
+        if record.get("status") != "done":
+            print(f"sweep: {direction}/{teacher} is not done: it teaches nothing yet",
+                  flush=True)
             return None
-        argv = evaluate_argv(parent / "seed0", "train", label, step, settings, TEACH_KEYS)
-        argv += ["--ensemble", ",".join(str(parent / f"seed{k}") for k in seeds[1:])
-                 ] if len(seeds) > 1 else []
-        start = time.time()
-        code, cut = run_process(argv, folder / "teacher.log", limit)
-        info.update(command=" ".join(argv[1:]), exit_code=code, cut=cut,
-                    seconds=round(time.time() - start, 1))
-        print(f"sweep: {direction}/{teacher} translated the training split (exit {code}"
-              f"{', deadline' if cut else ''}, {info['seconds']:.0f} s)", flush=True)
-    if not hyp.is_file():
-        return {**info, "file": str(hyp)}  # the decoding failed: see teacher.log
-    result = hyp.with_name(f"{label}.json")
-    if result.is_file():
-        info.update({k: v for k, v in json.loads(result.read_text()).items()
-                     if k in ("bleu", "bleu_lc_tok", "chrf", "num_sentences")})
-    with open(hyp, "rb") as text, gzip.open(folder / info["text"], "wb") as packed:
-        shutil.copyfileobj(text, packed)
-    record["teaches"] = info
-    write_json(record_path, record)
-    return {**info, "file": str(hyp)}
+        known = record.get("teaches")
+        if known:
+            hyp = (parent / "seed0" / "eval" / f"{known['label']}.hyp.txt").resolve()
+            if not hyp.is_file() and (folder / known["text"]).is_file():
+                hyp.parent.mkdir(parents=True, exist_ok=True)
+                tmp = hyp.with_name(hyp.name + ".tmp")
+                with gzip.open(folder / known["text"], "rb") as packed, open(tmp, "wb") as text:
+                    shutil.copyfileobj(packed, text)
+                os.replace(tmp, hyp)
+            if hyp.is_file():
+                return {**known, "file": str(hyp)}
+        if not checkpoint_steps(parent / "seed0"):
+            print(f"sweep: {direction}/{teacher} teaches nothing here: neither its "
+                  "checkpoints nor its translation of the training split are on this "
+                  "machine", flush=True)
+            return None
+        settings = plan["distill"]
+        step = read_step(parent, seeds, settings.get("checkpoint", "last"),
+                         record["train"]["ended"] == "finished")
+        label = "teacher." + reading_label("train", step, settings,
+                                           settings.get("length_penalty")) + f".ens{len(seeds)}"
+        hyp = (parent / "seed0" / "eval" / f"{label}.hyp.txt").resolve()
+        info = {"variant": teacher, "label": label, "text": f"{label}.hyp.txt.gz",
+                "checkpoint": step}
+        if not hyp.is_file():  # evaluate.py writes it whole or not at all
+            limit = None if deadline is None else deadline - time.time() - keep_seconds - 60
+            if limit is not None and limit < 30:
+                print(f"sweep: {direction}/{teacher}: no time left to translate the "
+                      "training split", flush=True)
+                return None
+            argv = evaluate_argv(parent / "seed0", "train", label, step, settings, TEACH_KEYS)
+            argv += ["--ensemble", ",".join(str(parent / f"seed{k}") for k in seeds[1:])
+                     ] if len(seeds) > 1 else []
+            start = time.time()
+            code, cut = run_process(argv, folder / "teacher.log", limit)
+            info.update(command=" ".join(argv[1:]), exit_code=code, cut=cut,
+                        seconds=round(time.time() - start, 1))
+            print(f"sweep: {direction}/{teacher} translated the training split (exit {code}"
+                  f"{', deadline' if cut else ''}, {info['seconds']:.0f} s)", flush=True)
+            if not hyp.is_file():
+                return {**info, "file": str(hyp)}  # the decoding failed: see teacher.log
+        result = hyp.with_name(f"{label}.json")
+        if result.is_file():
+            info.update({k: v for k, v in json.loads(result.read_text()).items()
+                         if k in ("bleu", "bleu_lc_tok", "chrf", "num_sentences")})
+        with open(hyp, "rb") as text, gzip.open(folder / info["text"], "wb") as packed:
+            shutil.copyfileobj(text, packed)
+        record["teaches"] = info
+        write_json(folder / "run.json", record)
+        return {**info, "file": str(hyp)}
 
 
 def copy_earlier(earlier: Path, out: Path) -> list[str]:
@@ -428,9 +471,11 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
             "--seeds", str(len(seeds)), "--together", *override_flags(overrides)]
     code, stopped = run_process(argv, target / "train.log", limit)
     finished = code == 0 and not stopped
-    record["train"] = {"exit_code": code, "seconds": round(time.time() - start, 1),
+    record["train"] = {"exit_code": code, "started": round(start, 1),
+                       "seconds": round(time.time() - start, 1),
                        "ended": "finished" if finished else
-                       "time limit" if stopped else "error",
+                       "time limit" if stopped else
+                       "interrupted" if STOPPING.is_set() else "error",
                        "steps": {f"seed{k}": (checkpoint_steps(parent / f"seed{k}") or [None])[-1]
                                  for k in seeds}}
     print(f"sweep: {name} trained ({record['train']['ended']}, exit {code}, "
@@ -472,6 +517,40 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
     return record
 
 
+def sweep_all(runs: list[dict], plan: dict, runs_dir: Path, out: Path,
+              deadline: float | None, read_minutes: float, pack_all: bool, parallel: int,
+              on_record) -> dict[int, dict]:
+    """`sweep_run` on every run, up to `parallel` of them side by side (one thread each,
+    whose train.py and evaluate.py are child processes), started in plan order; a student
+    starts once its teacher's run of the same direction has ended. `on_record(records)`
+    is called after each run ends, with {plan index: run.json record} so far."""
+    records: dict[int, dict] = {}
+    pending, running = list(enumerate(runs)), {}
+    with futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+        try:
+            while pending or running:
+                busy = {(runs[i]["direction"], runs[i]["variant"]) for i in running}
+                for i, run in list(pending):
+                    if len(running) >= parallel:
+                        break
+                    if (run["direction"], run["teacher"]) in busy:
+                        continue  # its teacher is still training
+                    pending.remove((i, run))
+                    busy.add((run["direction"], run["variant"]))
+                    running[i] = pool.submit(sweep_run, run, plan, runs_dir, out, deadline,
+                                             read_minutes, pack_all)
+                done, _ = futures.wait(running.values(),
+                                       return_when=futures.FIRST_COMPLETED)
+                for i in [i for i, job in running.items() if job in done]:
+                    if (record := running.pop(i).result()) is not None:
+                        records[i] = record
+                        on_record(records)
+        except BaseException:  # Ctrl-C, a driver's SIGINT, a run's error: the threads
+            stop_children()    # end soon after, their trainings saved
+            raise
+    return records
+
+
 def table(records: list[dict]) -> str:
     """One line per run and evaluation: the mean +- std over seeds."""
     lines = [f"{'run':40s} {'reading':44s} {'BLEU':>13s} {'lc-tok':>13s} {'chrF':>13s}"]
@@ -505,10 +584,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="time kept for each run's evaluations under a deadline")
     parser.add_argument("--only", default="", help="comma-separated variant names")
     parser.add_argument("--pack", action="store_true", help="pack every run's checkpoints")
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="runs trained side by side (each its own processes) [1]")
     parser.add_argument("--earlier", type=Path, default=None,
                         help="an earlier sweep's results folder (from another machine): its "
                              "runs done are copied into --out and skipped")
     args = parser.parse_args(argv)
+    if args.parallel < 1:
+        print(f"error: --parallel {args.parallel}: must be at least 1", file=sys.stderr)
+        return 2
     start = time.time()
     try:
         plan = load_plan(args.plan)
@@ -529,12 +613,19 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(copied) or '-'}", flush=True)
     deadline = None if args.deadline_minutes is None else start + 60 * args.deadline_minutes
     only = {n for n in args.only.split(",") if n} or None
-    records = []
-    for run in runs_of(plan, only):
-        record = sweep_run(run, plan, runs_dir, out, deadline, args.read_minutes, args.pack)
-        if record is not None:
-            records.append(record)
-            write_json(out / "sweep.json", {"plan": str(args.plan), "runs": records})
+
+    def on_record(so_far: dict[int, dict]) -> None:
+        write_json(out / "sweep.json", {"plan": str(args.plan),
+                                        "runs": [so_far[i] for i in sorted(so_far)]})
+
+    try:
+        by_index = sweep_all(runs_of(plan, only), plan, runs_dir, out, deadline,
+                             args.read_minutes, args.pack, args.parallel, on_record)
+    except KeyboardInterrupt:
+        stop_children()  # each training saves; the same command resumes them
+        print("sweep: interrupted", file=sys.stderr, flush=True)
+        return 130
+    records = [by_index[i] for i in sorted(by_index)]
     print(table(records), flush=True)
     print(f"sweep: {len(records)} run(s) in {time.time() - start:.0f} s; results in {out}",
           flush=True)

@@ -13,6 +13,9 @@ import tarfile
 import pytest
 from conftest import REPO
 
+sys.path.insert(0, str(REPO / "scripts"))
+import gpu_window  # noqa: E402
+
 SMOKE = ("--config", "configs/smoke.py", "--steps", "40", "--log_every", "10")
 
 
@@ -43,6 +46,10 @@ def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
     assert seeds["ratio_together_to_one"] == pytest.approx(
         max(by_seed) / seeds["one_seed"]["ms_per_step"], rel=1e-2)
 
+    two = seeds["two_processes"]
+    assert [r["exit_code"] for r in two["runs"]] == [0, 0] and len(two["ms_per_step"]) == 2
+    assert "ratio_two_processes_to_one" in seeds
+
     runs = results.parent / "runs"
     for name in ("recipe_run", "seeds_one", "seeds_together_seed0", "seeds_together_seed1"):
         steps = [json.loads(line)["step"] for line in
@@ -50,6 +57,32 @@ def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
         assert steps[-1] == (40 if name == "recipe_run" else 20), name
     assert {p.name for p in (results.parent / "logs").iterdir()} >= {
         "recipe_warmup.log", "recipe_run.log", "one_seed.log", "seeds.log"}
+
+
+def write_log(workdir, times_and_steps):
+    workdir.mkdir(parents=True)
+    (workdir / "metrics.jsonl").write_text("".join(
+        json.dumps({"split": "train", "time": t, "step": step}) + "\n"
+        for t, step in times_and_steps))
+
+
+def test_side_by_side_runs_are_timed_over_the_span_they_share(tmp_path):
+    """Run a steps alone (10 ms a step) until b starts, then both at 20 ms a step; b goes on
+    alone after a ends: only the shared span counts."""
+    write_log(tmp_path / "a", [(0.0, 100), (1.0, 200), (2.0, 300), (4.0, 400), (6.0, 500)])
+    write_log(tmp_path / "b", [(2.0, 110), (4.0, 210), (6.0, 310), (6.5, 410)])
+    assert gpu_window.overlap_ms_per_step([tmp_path / "a", tmp_path / "b"]) == [
+        pytest.approx(20.0), pytest.approx(20.0)]
+    assert gpu_window.overlap_ms_per_step([tmp_path / "a", tmp_path / "none"]) == [None, None]
+
+
+def test_the_sweep_runs_side_by_side_only_where_the_window_measured_it_pays():
+    ratio = lambda r: {"ratio_two_processes_to_one": r}  # noqa: E731
+    assert gpu_window.sweep_parallel("auto", ratio(1.2)) == 2
+    assert gpu_window.sweep_parallel("auto", ratio(1.7)) == 1
+    assert gpu_window.sweep_parallel("auto", ratio(None)) == 1
+    assert gpu_window.sweep_parallel("auto", None) == 1  # no seeds phase in this call
+    assert gpu_window.sweep_parallel("3", ratio(1.7)) == 3
 
 
 PLAN = """

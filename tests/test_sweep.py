@@ -7,9 +7,11 @@ checkpoints."""
 import gzip
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 
 import ml_collections
 import pytest
@@ -101,9 +103,12 @@ def run_sweep(tmp_path, plan: str, *flags: str, machine: str = "") -> tuple:
 
 @pytest.mark.slow
 def test_smoke_sweep_end_to_end_and_resumed(tmp_path):
-    runs, out, argv, records, _ = run_sweep(tmp_path, PLAN)
+    """Both runs side by side (`--parallel 2`): each as it would be alone."""
+    runs, out, argv, records, _ = run_sweep(tmp_path, PLAN, "--parallel", "2")
     assert [(r["variant"], r["status"]) for r in records] == [("base", "done"),
                                                               ("no_dropout", "done")]
+    first, second = (r["train"] for r in records)
+    assert second["started"] < first["started"] + first["seconds"]  # they overlapped
     for record in records:
         assert record["train"] == {**record["train"], "exit_code": 0, "ended": "finished",
                                    "steps": {"seed0": 4, "seed1": 4}}
@@ -180,7 +185,8 @@ def test_a_student_plan_names_an_earlier_teacher_of_the_same_text(tmp_path):
 def test_a_student_trains_on_its_teachers_ensemble_translation(tmp_path):
     """Teacher (2 seeds) -> `evaluate.py --split train --ensemble` -> student, on a small
     `text` corpus with a blank source line: the teacher writes one line per training pair
-    as read, and the student's data is exactly that text."""
+    as read, and the student's data is exactly that text. With `--parallel 2` the student
+    waits for its teacher."""
     sources, targets = corpora.read_split(smoke.get_config().data, "train")
     sources, targets = sources[:300], targets[:300]
     sources[3] = ""
@@ -194,7 +200,7 @@ def test_a_student_trains_on_its_teachers_ensemble_translation(tmp_path):
                for side, lang in (("source", "de"), ("target", "en"))}}
     plan = TEACHER_PLAN.replace('"train.num_steps" = 4', '"train.num_steps" = 4\n' + "\n".join(
         f'"{k}" = {v}' for k, v in data.items()))
-    runs, out, argv, records, _ = run_sweep(tmp_path, plan)
+    runs, out, argv, records, _ = run_sweep(tmp_path, plan, "--parallel", "2")
     assert [(r["variant"], r["status"]) for r in records] == [("base", "done"), ("kd", "done")]
     teacher = records[1]["teacher"]
     label = "teacher.train.last.beam1.lp0.6.ens2"
@@ -266,3 +272,41 @@ def test_an_earlier_folder_that_is_not_there_is_refused_before_anything_is_writt
     assert done.returncode == 2 and done.stderr.strip().endswith("not a folder")
     assert len(done.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.toml"]
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_stops_its_trainings_saved_and_the_same_command_goes_on(tmp_path):
+    """SIGINT to the sweep (as gpu_window.py sends at its deadline): each training running
+    gets one SIGINT and saves, nothing new starts, the sweep exits 130; the same command
+    then resumes the run from that checkpoint to the end."""
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN.replace('"train.num_steps" = 4', '"train.num_steps" = 1500')
+                    .replace('"checkpoint.every_steps" = 2', '"checkpoint.every_steps" = 500'))
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    argv = [sys.executable, "scripts/sweep.py", str(plan), "--runs", str(runs), "--out",
+            str(out), "--only", "base"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    metrics = runs / "smoke" / "base" / "seed1" / "metrics.jsonl"
+    deadline = time.time() + 300
+    while not (metrics.is_file() and '"step": 20' in metrics.read_text()):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 130 and stderr.strip().splitlines() == ["sweep: interrupted"]
+    record = json.loads((out / "smoke" / "base" / "run.json").read_text())
+    assert record["train"]["ended"] == "interrupted" and record["status"] == "failed"
+    assert record["evaluations"] == [] or all(e["exit_code"] == 130
+                                              for e in record["evaluations"])
+    saved = {k: sweep.checkpoint_steps(runs / "smoke" / "base" / f"seed{k}") for k in (0, 1)}
+    assert all(steps and 20 <= steps[-1] < 1500 for steps in saved.values()), saved
+    assert not (runs / "smoke" / "base" / "eval").exists()  # no evaluation started
+
+    again = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    record = json.loads((out / "smoke" / "base" / "run.json").read_text())
+    assert record["status"] == "done" and record["train"]["steps"] == {"seed0": 1500,
+                                                                       "seed1": 1500}
+    log = (out / "smoke" / "base" / "train.log").read_text()
+    assert f"resuming from step {saved[0][-1]}" in log
