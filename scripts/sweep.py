@@ -63,13 +63,16 @@ Runs start in plan order, `--parallel` of them side by side (each its own train.
 evaluate.py processes: on a GPU whose tiny steps leave it idle, N runs may cost about
 one), a student once its teacher's run has ended.
 
-Resumable: a run whose run.json says "done" is skipped; a run cut off (the process
-killed, the deadline) trains on from its checkpoints when the sweep runs again (train.py
-resumes each seed). Across machines: `--earlier` names the results folder an earlier
+Resumable: a run whose run.json says "done" (it finished, or reached its own
+`time_limit_minutes`, and was read) is skipped; a run cut off ("cut" by the deadline,
+"failed", or the process killed) trains on from its checkpoints when the sweep runs
+again (train.py resumes each seed; a run cut by the deadline is read at its newest
+checkpoint meanwhile). Across machines: `--earlier` names the results folder an earlier
 sweep brought back (committed as `results/sweep/<plan>/`); its runs done are copied into
 `--out` and skipped, and their distilled texts teach here. The deadline
 (`--deadline_minutes`, from the sweep's start) stops training early enough for the
-reading (`--read_minutes` per run, default 2) and starts no run after it. train.py and evaluate.py run as subprocesses of this interpreter; the
+reading (`--read_minutes` per run, default 2) and a teacher's translation
+(`--teach_minutes`, default 3), and starts no run after it. train.py and evaluate.py run as subprocesses of this interpreter; the
 driver itself needs only the standard library.
 """
 
@@ -430,9 +433,11 @@ def write_json(path: Path, value) -> None:
 
 
 def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float | None,
-              read_minutes: float, pack_all: bool) -> dict | None:
+              read_minutes: float, pack_all: bool, teach_minutes: float = 0.0) -> dict | None:
     """Trains, reads and collects one run (module docstring); returns its run.json
-    record, or None when the deadline left no time to start it."""
+    record, or None when the deadline left no time to start it. Under a deadline, a
+    run's training stops early enough for its readings (`read_minutes`) and, for a
+    teacher, its translation of the training split (`teach_minutes`)."""
     name = f"{run['direction']}/{run['variant']}"
     parent, target = runs_dir / run["direction"] / run["variant"], out / name
     record_path = target / "run.json"
@@ -440,7 +445,8 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
         print(f"sweep: {name} done before, skipped", flush=True)
         return json.loads(record_path.read_text())
     read_seconds = 60 * read_minutes
-    if deadline is not None and deadline - time.time() - read_seconds < 30:
+    keep = read_seconds + (60 * teach_minutes if run["teaches"] else 0)
+    if deadline is not None and deadline - time.time() - keep < 30:
         print(f"sweep: {name} not started ({deadline - time.time():.0f} s left)", flush=True)
         return None
     target.mkdir(parents=True, exist_ok=True)
@@ -462,10 +468,11 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
         return record
     write_json(record_path, record)
 
-    limit = 60 * run["time_limit_minutes"] or None
+    limit, by_deadline = 60 * run["time_limit_minutes"] or None, False
     if deadline is not None:
-        left = max(deadline - time.time() - read_seconds, 1)
-        limit = min(limit or left, left)
+        left = max(deadline - time.time() - keep, 1)
+        if limit is None or left < limit:
+            limit, by_deadline = left, True
     start = time.time()
     argv = [sys.executable, "train.py", "--config", run["config"], "--workdir", str(parent),
             "--seeds", str(len(seeds)), "--together", *override_flags(overrides)]
@@ -474,7 +481,7 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
     record["train"] = {"exit_code": code, "started": round(start, 1),
                        "seconds": round(time.time() - start, 1),
                        "ended": "finished" if finished else
-                       "time limit" if stopped else
+                       ("deadline" if by_deadline else "time limit") if stopped else
                        "interrupted" if STOPPING.is_set() else "error",
                        "steps": {f"seed{k}": (checkpoint_steps(parent / f"seed{k}") or [None])[-1]
                                  for k in seeds}}
@@ -506,10 +513,13 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
     collect(parent, target, seeds)
     if run["pack"] or pack_all:
         record["packed"] = pack(parent, target, seeds)
-    # A run done is skipped when the sweep runs again; a failed one is tried again.
+    # A run done is skipped when the sweep runs again; one cut by the deadline trains on
+    # from its checkpoints (where they still are); a failed one is tried again.
     read_all = bool(record["evaluations"]) and all(
         "bleu" in e for e in record["evaluations"])
-    record["status"] = "done" if record["train"]["ended"] != "error" and read_all else "failed"
+    ended = record["train"]["ended"]
+    record["status"] = "cut" if ended == "deadline" else "done" if ended in (
+        "finished", "time limit") and read_all else "failed"
     write_json(record_path, record)
     if record["status"] == "done" and run["teaches"]:  # now, while its checkpoints are here
         teacher_text(run["direction"], run["variant"], plan, runs_dir, out, deadline, 0)
@@ -519,7 +529,7 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
 
 def sweep_all(runs: list[dict], plan: dict, runs_dir: Path, out: Path,
               deadline: float | None, read_minutes: float, pack_all: bool, parallel: int,
-              on_record) -> dict[int, dict]:
+              on_record, teach_minutes: float = 0.0) -> dict[int, dict]:
     """`sweep_run` on every run, up to `parallel` of them side by side (one thread each,
     whose train.py and evaluate.py are child processes), started in plan order; a student
     starts once its teacher's run of the same direction has ended. `on_record(records)`
@@ -538,7 +548,7 @@ def sweep_all(runs: list[dict], plan: dict, runs_dir: Path, out: Path,
                     pending.remove((i, run))
                     busy.add((run["direction"], run["variant"]))
                     running[i] = pool.submit(sweep_run, run, plan, runs_dir, out, deadline,
-                                             read_minutes, pack_all)
+                                             read_minutes, pack_all, teach_minutes)
                 done, _ = futures.wait(running.values(),
                                        return_when=futures.FIRST_COMPLETED)
                 for i in [i for i, job in running.items() if job in done]:
@@ -582,6 +592,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the sweep's end, from its start: no run starts after it")
     parser.add_argument("--read_minutes", type=float, default=2.0,
                         help="time kept for each run's evaluations under a deadline")
+    parser.add_argument("--teach_minutes", type=float, default=3.0,
+                        help="time kept under a deadline for a teacher's translation of the "
+                             "training split, right after its reading")
     parser.add_argument("--only", default="", help="comma-separated variant names")
     parser.add_argument("--pack", action="store_true", help="pack every run's checkpoints")
     parser.add_argument("--parallel", type=int, default=1,
@@ -620,7 +633,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         by_index = sweep_all(runs_of(plan, only), plan, runs_dir, out, deadline,
-                             args.read_minutes, args.pack, args.parallel, on_record)
+                             args.read_minutes, args.pack, args.parallel, on_record,
+                             args.teach_minutes)
     except KeyboardInterrupt:
         stop_children()  # each training saves; the same command resumes them
         print("sweep: interrupted", file=sys.stderr, flush=True)

@@ -86,17 +86,17 @@ def test_read_step_of_a_run_stopped_early(tmp_path):
     assert sweep.read_step(tmp_path, [0, 1], "2", finished=False) == "2"
 
 
-def run_sweep(tmp_path, plan: str, *flags: str, machine: str = "") -> tuple:
-    """scripts/sweep.py on the plan's text, which must succeed, in `runs<machine>` and
-    `out<machine>`: (runs folder, results folder, the command, the records of sweep.json,
-    what it printed)."""
+def run_sweep(tmp_path, plan: str, *flags: str, machine: str = "", check: bool = True) -> tuple:
+    """scripts/sweep.py on the plan's text, which must succeed (with `check`), in
+    `runs<machine>` and `out<machine>`: (runs folder, results folder, the command, the
+    records of sweep.json, what it printed)."""
     plan_file = tmp_path / "plan.toml"
     plan_file.write_text(plan)
     runs, out = tmp_path / f"runs{machine}", tmp_path / f"out{machine}"
     argv = [sys.executable, "scripts/sweep.py", str(plan_file), "--runs", str(runs),
             "--out", str(out), *flags]
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0 or not check, result.stdout[-3000:] + result.stderr[-3000:]
     return (runs, out, argv, json.loads((out / "sweep.json").read_text())["runs"],
             result.stdout)
 
@@ -310,3 +310,31 @@ def test_an_interrupted_sweep_stops_its_trainings_saved_and_the_same_command_goe
                                                                        "seed1": 1500}
     log = (out / "smoke" / "base" / "train.log").read_text()
     assert f"resuming from step {saved[0][-1]}" in log
+
+
+@pytest.mark.slow
+def test_a_run_at_its_own_time_limit_is_done_and_one_cut_by_the_deadline_goes_on(tmp_path):
+    """`time_limit_minutes` is part of a variant: reached, the run is read and done, and a
+    rerun skips it. The sweep's deadline is not: its run is read at its newest
+    checkpoint, marked "cut", and the same command trains it on from there."""
+    plan = PLAN.replace('"train.num_steps" = 4', '"train.num_steps" = 100000').replace(
+        '"checkpoint.every_steps" = 2', '"checkpoint.every_steps" = 100').replace(
+        'name = "base"', 'name = "base"\ntime_limit_minutes = 0.1')
+    deadline = ("--deadline_minutes", "0.8", "--read_minutes", "0.25")
+    *_, records, _ = run_sweep(tmp_path, plan, *deadline, "--only", "no_dropout", check=False)
+    assert [(r["variant"], r["train"]["ended"], r["status"]) for r in records] == [
+        ("no_dropout", "deadline", "cut")]
+    cut = records[0]  # read where both seeds saved (the deadline may cut a reading too)
+    assert cut["evaluations"][0]["checkpoint"] == str(min(cut["train"]["steps"].values()))
+
+    # Both side by side: base stops at its own limit, no_dropout at the deadline again,
+    # trained on from where it was cut.
+    _, out, argv, records, _ = run_sweep(tmp_path, plan, *deadline, "--parallel", "2",
+                                         check=False)
+    assert [(r["variant"], r["train"]["ended"], r["status"]) for r in records] == [
+        ("base", "time limit", "done"), ("no_dropout", "deadline", "cut")]
+    log = (out / "smoke" / "no_dropout" / "train.log").read_text()
+    assert f"resuming from step {cut['train']['steps']['seed0']}" in log
+    again = subprocess.run([*argv, "--only", "base"], cwd=REPO, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0 and "base done before, skipped" in again.stdout
