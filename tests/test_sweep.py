@@ -22,6 +22,7 @@ from data import corpora
 
 sys.path.insert(0, str(REPO / "scripts"))
 import sweep  # noqa: E402
+import sweep_plan  # noqa: E402
 
 # Every smoke plan's settings: 2 seeds of 4 steps, read greedily on 8 sentences.
 SETTINGS = """
@@ -54,27 +55,27 @@ length_penalties = [1.0, 1.5]
 def test_plan_reading(tmp_path):
     plan_file = tmp_path / "p.toml"
     plan_file.write_text(PLAN)
-    plan = sweep.load_plan(plan_file)
+    plan = sweep_plan.load_plan(plan_file)
     assert plan["seeds"] == [0, 1] and plan["read"]["splits"] == ["valid"]
-    runs = sweep.runs_of(plan)
+    runs = sweep_plan.runs_of(plan)
     assert [(r["direction"], r["variant"], r["pack"]) for r in runs] == [
         ("smoke", "base", False), ("smoke", "no_dropout", True)]
     assert runs[1]["overrides"]["model.dropout"] == 0.0  # the plan's and the variant's
     assert runs[1]["overrides"]["train.num_steps"] == 4
     # A variant's own length penalties replace the plan's.
     assert [r["length_penalties"] for r in runs] == [[1.0], [1.0, 1.5]]
-    assert "--config.attention_maps.enabled=False" in sweep.override_flags(runs[0]["overrides"])
-    assert [r["variant"] for r in sweep.runs_of(plan, {"no_dropout"})] == ["no_dropout"]
+    assert "--config.attention_maps.enabled=False" in sweep_plan.override_flags(runs[0]["overrides"])
+    assert [r["variant"] for r in sweep_plan.runs_of(plan, {"no_dropout"})] == ["no_dropout"]
     # The anchors' plan reads: 3 seeds, each variant over its directions.
-    anchors = sweep.load_plan(REPO / "scripts" / "plans" / "anchors.toml")
-    assert anchors["seeds"] == [0, 1, 2] and len(sweep.runs_of(anchors)) >= 3
+    anchors = sweep_plan.load_plan(REPO / "scripts" / "plans" / "anchors.toml")
+    assert anchors["seeds"] == [0, 1, 2] and len(sweep_plan.runs_of(anchors)) >= 3
     for bad, why in [(PLAN.replace("seeds = 2", "seeds = [1, 2]"), "seeds must be"),
                      (PLAN.replace('name = "no_dropout"', 'name = "base"'), "a name of its own"),
                      (PLAN + '[[variants]]\nname = "x"\ndirections = ["fr"]\n', "unknown"),
                      ("seeds = [", "cannot read")]:
         plan_file.write_text(bad)
-        with pytest.raises(sweep.PlanError, match=why):
-            sweep.load_plan(plan_file)
+        with pytest.raises(sweep_plan.PlanError, match=why):
+            sweep_plan.load_plan(plan_file)
 
 
 def test_read_step_of_a_run_stopped_early(tmp_path):
@@ -161,8 +162,8 @@ overrides = { "data.distilled_mix" = "replace" }
 def test_a_student_plan_names_an_earlier_teacher_of_the_same_text(tmp_path):
     plan_file = tmp_path / "p.toml"
     plan_file.write_text(TEACHER_PLAN)
-    plan = sweep.load_plan(plan_file)
-    assert [(r["teacher"], r["teaches"]) for r in sweep.runs_of(plan)] == [
+    plan = sweep_plan.load_plan(plan_file)
+    assert [(r["teacher"], r["teaches"]) for r in sweep_plan.runs_of(plan)] == [
         (None, True), ("base", False)]
     # The teacher decodes as the plan reads, at its own length penalty.
     assert plan["distill"] == {"checkpoint": "last", "beam_size": 1, "length_penalty": 0.6}
@@ -177,8 +178,8 @@ def test_a_student_plan_names_an_earlier_teacher_of_the_same_text(tmp_path):
              "set by the sweep"),
             (TEACHER_PLAN.replace("length_penalty = 0.6", "beam = 4"), r"\[distill\] takes")]:
         plan_file.write_text(bad)
-        with pytest.raises(sweep.PlanError, match=why):
-            sweep.load_plan(plan_file)
+        with pytest.raises(sweep_plan.PlanError, match=why):
+            sweep_plan.load_plan(plan_file)
 
 
 @pytest.mark.slow
