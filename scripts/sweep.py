@@ -41,8 +41,9 @@ sweep brought back (committed as `results/sweep/<plan>/`); its runs done are cop
 `--out` and skipped, and their distilled texts teach here. The deadline
 (`--deadline_minutes`, from the sweep's start) stops training early enough for the
 reading (`--read_minutes` per run, default 2) and a teacher's translation
-(`--teach_minutes`, default 3), and starts no run after it. train.py and evaluate.py run as subprocesses of this interpreter; the
-driver itself needs only the standard library.
+(`--teach_minutes`, default 3), and starts no run after it. train.py and evaluate.py
+run as subprocesses of this interpreter; the driver itself needs only the standard
+library.
 """
 
 from __future__ import annotations
