@@ -500,6 +500,12 @@ def main(argv: list[str] | None = None) -> int:
         write_json(out / "sweep.json", {"plan": str(args.plan),
                                         "runs": [so_far[i] for i in sorted(so_far)]})
 
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    # Set here, not inherited: a process started with SIGINT ignored (a test runner's
+    # worker, nohup) would otherwise never hear its driver's SIGINT.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, interrupt)
     try:
         by_index = sweep_all(runs_of(plan, only), plan, runs_dir, out, deadline,
                              args.read_minutes, args.pack, args.parallel, on_record,

@@ -321,12 +321,16 @@ def test_a_run_at_its_own_time_limit_is_done_and_one_cut_by_the_deadline_goes_on
     plan = PLAN.replace('"train.num_steps" = 4', '"train.num_steps" = 100000').replace(
         '"checkpoint.every_steps" = 2', '"checkpoint.every_steps" = 100').replace(
         'name = "base"', 'name = "base"\ntime_limit_minutes = 0.1')
-    deadline = ("--deadline_minutes", "0.8", "--read_minutes", "0.25")
-    *_, records, _ = run_sweep(tmp_path, plan, *deadline, "--only", "no_dropout", check=False)
+    deadline = ("--deadline_minutes", "1.0", "--read_minutes", "0.25")
+    runs, _, _, records, _ = run_sweep(tmp_path, plan, *deadline, "--only", "no_dropout",
+                                       check=False)
     assert [(r["variant"], r["train"]["ended"], r["status"]) for r in records] == [
         ("no_dropout", "deadline", "cut")]
-    cut = records[0]  # read where both seeds saved (the deadline may cut a reading too)
-    assert cut["evaluations"][0]["checkpoint"] == str(min(cut["train"]["steps"].values()))
+    cut = records[0]  # read at the newest step both seeds saved (each saved where the
+    # deadline's SIGINT found it); the deadline may cut a reading too
+    common = set.intersection(*(set(sweep.checkpoint_steps(runs / "smoke" / "no_dropout" / s))
+                                for s in ("seed0", "seed1")))
+    assert cut["evaluations"][0]["checkpoint"] == str(max(common))
 
     # Both side by side: base stops at its own limit, no_dropout at the deadline again,
     # trained on from where it was cut.
