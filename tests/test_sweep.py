@@ -320,8 +320,8 @@ def test_a_run_at_its_own_time_limit_is_done_and_one_cut_by_the_deadline_goes_on
     checkpoint, marked "cut", and the same command trains it on from there."""
     plan = PLAN.replace('"train.num_steps" = 4', '"train.num_steps" = 100000').replace(
         '"checkpoint.every_steps" = 2', '"checkpoint.every_steps" = 100').replace(
-        'name = "base"', 'name = "base"\ntime_limit_minutes = 0.1')
-    deadline = ("--deadline_minutes", "1.0", "--read_minutes", "0.25")
+        'name = "base"', 'name = "base"\ntime_limit_minutes = 0.5')
+    deadline = ("--deadline_minutes", "1.25", "--read_minutes", "0.25")
     runs, _, _, records, _ = run_sweep(tmp_path, plan, *deadline, "--only", "no_dropout",
                                        check=False)
     assert [(r["variant"], r["train"]["ended"], r["status"]) for r in records] == [
