@@ -319,13 +319,13 @@ def test_a_run_at_its_own_time_limit_is_done_and_one_cut_by_the_deadline_goes_on
     rerun skips it. The sweep's deadline is not: its run is read at its newest
     checkpoint, marked "cut", and the same command trains it on from there."""
     plan = PLAN.replace('"train.num_steps" = 4', '"train.num_steps" = 100000').replace(
-        '"checkpoint.every_steps" = 2', '"checkpoint.every_steps" = 100').replace(
+        '"checkpoint.every_steps" = 2', '"checkpoint.every_steps" = 20').replace(
         'name = "base"', 'name = "base"\ntime_limit_minutes = 0.5')
     deadline = ("--deadline_minutes", "1.25", "--read_minutes", "0.25")
-    runs, _, _, records, _ = run_sweep(tmp_path, plan, *deadline, "--only", "no_dropout",
-                                       check=False)
+    runs, _, _, records, printed = run_sweep(tmp_path, plan, *deadline, "--only", "no_dropout",
+                                             check=False)
     assert [(r["variant"], r["train"]["ended"], r["status"]) for r in records] == [
-        ("no_dropout", "deadline", "cut")]
+        ("no_dropout", "deadline", "cut")], printed
     cut = records[0]  # read at the newest step both seeds saved (each saved where the
     # deadline's SIGINT found it); the deadline may cut a reading too
     common = set.intersection(*(set(sweep.checkpoint_steps(runs / "smoke" / "no_dropout" / s))
@@ -334,10 +334,10 @@ def test_a_run_at_its_own_time_limit_is_done_and_one_cut_by_the_deadline_goes_on
 
     # Both side by side: base stops at its own limit, no_dropout at the deadline again,
     # trained on from where it was cut.
-    _, out, argv, records, _ = run_sweep(tmp_path, plan, *deadline, "--parallel", "2",
-                                         check=False)
+    _, out, argv, records, printed = run_sweep(tmp_path, plan, *deadline, "--parallel", "2",
+                                               check=False)
     assert [(r["variant"], r["train"]["ended"], r["status"]) for r in records] == [
-        ("base", "time limit", "done"), ("no_dropout", "deadline", "cut")]
+        ("base", "time limit", "done"), ("no_dropout", "deadline", "cut")], printed
     log = (out / "smoke" / "no_dropout" / "train.log").read_text()
     assert f"resuming from step {cut['train']['steps']['seed0']}" in log
     again = subprocess.run([*argv, "--only", "base"], cwd=REPO, capture_output=True,
