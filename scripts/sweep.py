@@ -310,9 +310,10 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
     name = f"{run['direction']}/{run['variant']}"
     parent, target = runs_dir / run["direction"] / run["variant"], out / name
     record_path = target / "run.json"
-    if record_path.is_file() and json.loads(record_path.read_text()).get("status") == "done":
+    earlier = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    if earlier.get("status") == "done":
         print(f"sweep: {name} done before, skipped", flush=True)
-        return json.loads(record_path.read_text())
+        return earlier
     read_seconds = 60 * read_minutes
     keep = read_seconds + (60 * teach_minutes if run["teaches"] else 0)
     if deadline is not None and deadline - time.time() - keep < 30:
@@ -398,12 +399,13 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
 
 def sweep_all(runs: list[dict], plan: dict, runs_dir: Path, out: Path,
               deadline: float | None, read_minutes: float, pack_all: bool, parallel: int,
-              on_record, teach_minutes: float = 0.0) -> dict[int, dict]:
+              on_record, teach_minutes: float = 0.0) -> list[dict]:
     """`sweep_run` on every run, up to `parallel` of them side by side (one thread each,
     whose train.py and evaluate.py are child processes), started in plan order; a student
-    starts once its teacher's run of the same direction has ended. `on_record(records)`
-    is called after each run ends, with {plan index: run.json record} so far."""
-    records: dict[int, dict] = {}
+    starts once its teacher's run of the same direction has ended. Returns the run.json
+    records in plan order (a run the deadline left unstarted has none); `on_record` gets
+    them so far after each run ends."""
+    records: dict[int, dict] = {}  # by plan index
     pending, running = list(enumerate(runs)), {}
     with futures.ThreadPoolExecutor(max_workers=parallel) as pool:
         try:
@@ -423,11 +425,11 @@ def sweep_all(runs: list[dict], plan: dict, runs_dir: Path, out: Path,
                 for i in [i for i, job in running.items() if job in done]:
                     if (record := running.pop(i).result()) is not None:
                         records[i] = record
-                        on_record(records)
+                        on_record([records[k] for k in sorted(records)])
         except BaseException:  # Ctrl-C, a driver's SIGINT, a run's error: the threads
             stop_children()    # end soon after, their trainings saved
             raise
-    return records
+    return [records[k] for k in sorted(records)]
 
 
 def table(records: list[dict]) -> str:
@@ -496,9 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     deadline = None if args.deadline_minutes is None else start + 60 * args.deadline_minutes
     only = {n for n in args.only.split(",") if n} or None
 
-    def on_record(so_far: dict[int, dict]) -> None:
-        write_json(out / "sweep.json", {"plan": str(args.plan),
-                                        "runs": [so_far[i] for i in sorted(so_far)]})
+    def on_record(so_far: list[dict]) -> None:
+        write_json(out / "sweep.json", {"plan": str(args.plan), "runs": so_far})
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
@@ -507,14 +508,12 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, interrupt)
     try:
-        by_index = sweep_all(runs_of(plan, only), plan, runs_dir, out, deadline,
-                             args.read_minutes, args.pack, args.parallel, on_record,
-                             args.teach_minutes)
-    except KeyboardInterrupt:
-        stop_children()  # each training saves; the same command resumes them
-        print("sweep: interrupted", file=sys.stderr, flush=True)
+        records = sweep_all(runs_of(plan, only), plan, runs_dir, out, deadline,
+                            args.read_minutes, args.pack, args.parallel, on_record,
+                            args.teach_minutes)
+    except KeyboardInterrupt:  # sweep_all stopped every training (saved): the same
+        print("sweep: interrupted", file=sys.stderr, flush=True)  # command resumes them
         return 130
-    records = [by_index[i] for i in sorted(by_index)]
     print(table(records), flush=True)
     print(f"sweep: {len(records)} run(s) in {time.time() - start:.0f} s; results in {out}",
           flush=True)
