@@ -1,7 +1,8 @@
 """Where the train step's time goes, for one batch shape: a profile, not a throughput run.
 
     python bench/step_profile.py --size base [--dtype bfloat16] [--batch_tokens 4096,32768]
-        [--variants nnx,pure,pure_flat] [--steps 20] [--dropout P] [--trace DIR]
+        [--variants nnx,pure,pure_flat,together,stacked] [--seeds 8] [--steps 20]
+        [--dropout P] [--trace DIR]
         [--hlo FILE.txt.gz] [--json OUT]
 
 For each `--batch_tokens`, the fullest (most target tokens) of the first 8 Multi30k batches
@@ -15,6 +16,12 @@ from the one `create_train_state` returns:
     pure       params as plain nested dicts: the state as returned (train.py's layout);
     pure_flat  pure, and the optimizer wrapped in `optax.flatten` (one update over one
                vector instead of one per parameter array), passed to `make_train_step`;
+    together   `--seeds` N copies of pure, stepped as `train.py --seeds N --together` steps
+               them: training/together.py's program (the N states stacked, the step
+               vmapped, each seed with its own dropout key, the states unstacked again),
+               every seed on the same batch;
+    stacked    the same N seeds, their states kept stacked between steps (the vmapped step
+               alone): together's cost over stacked is its stacking and unstacking;
 
 it reports `compile_s` (first call), `step_ms` (median of 3 timings of `--steps` steps,
 synced once after each) and `dispatch_ms` (host time to issue one step while the device is
@@ -58,7 +65,8 @@ from bench.train_throughput import (  # noqa: E402
 from bench.train_throughput import parse_args as throughput_args  # noqa: E402
 from training.compilation import covered_length  # noqa: E402
 
-VARIANTS = ("nnx", "pure", "pure_flat")
+VARIANTS = ("nnx", "pure", "pure_flat", "together", "stacked")
+SEED_VARIANTS = ("together", "stacked")  # N seeds in one program (--seeds)
 MODEL_OVERRIDES = ("attention_impl", "embedding_grad", "vocab_size", "d_model", "num_heads",
                    "d_ff", "layers")
 
@@ -100,6 +108,33 @@ def setup_variant(graphdef, base: dict, cfg_train, variant: str) -> tuple[dict, 
     optimizer = optax.flatten(optimizer)
     state["opt_state"] = optimizer.init(state["params"])
     return state, training.make_train_step(graphdef, cfg_train, optimizer), optimizer
+
+
+def setup_seeds(graphdef, base: dict, cfg_train, variant: str, seeds: int,
+                batch: dict) -> tuple[object, object, dict]:
+    """(state, `(state, batch) -> state`, the batch it takes) of `seeds` copies of the pure
+    train state `base` in one program, as `variant` ("together" or "stacked", module
+    docstring) runs them; every seed's batch is `batch` (stacked once here for "stacked")."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    from training.step import make_train_step
+    from training.together import _together
+
+    step_fn = make_train_step(graphdef, cfg_train, jit=False)
+    keys = tuple(jax.random.key(k) for k in range(seeds))
+    copies = tuple(jax.tree.map(jnp.array, base) for _ in range(seeds))
+    stack = lambda *xs: jnp.stack(xs)  # noqa: E731
+    if variant == "together":
+        program = jax.jit(functools.partial(_together, step_fn), donate_argnums=0)
+        active = jnp.ones(seeds, bool)
+        return copies, lambda s, b: program(s, (b,) * seeds, None, keys, active)[0], batch
+    program = jax.jit(jax.vmap(step_fn), donate_argnums=0)
+    stacked_keys = jnp.stack(keys)
+    return (jax.tree.map(stack, *copies), lambda s, b: program(s, b, None, stacked_keys)[0],
+            jax.tree.map(stack, *(batch,) * seeds))
 
 
 def trace_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:
@@ -195,19 +230,23 @@ def profile(args: argparse.Namespace) -> dict:
         candidates, vocab, _ = multi30k_batches(cfg, 8, args.cache_dir, mesh.size)
         # The fullest of the first 8 batches: a bucket's last batch can be mostly pad rows.
         host_batch = max(candidates, key=lambda b: int((b["tgt_out"] != 0).sum()))
-        batch = shard_batch(host_batch, mesh)
         graphdef, base = create_train_state(cfg, vocab, vocab, mesh)
         counter = count_matmul_params(nnx.merge(graphdef, base["params"]))
         model_gflop = counter.batch_flops(host_batch)[0] / 1e9
         for variant in args.variants:
-            state, step, optimizer = setup_variant(graphdef, base, cfg.train, variant)
-            fn = lambda s, b, step=step: step(s, b)[0]  # noqa: E731
+            seeds, step, batch = 1, None, shard_batch(host_batch, mesh)
+            if variant in SEED_VARIANTS:
+                seeds = args.seeds
+                state, fn, batch = setup_seeds(graphdef, base, cfg.train, variant, seeds, batch)
+            else:
+                state, step, optimizer = setup_variant(graphdef, base, cfg.train, variant)
+                fn = lambda s, b, step=step: step(s, b)[0]  # noqa: E731
             row = {"batch_tokens": batch_tokens, "shape": "x".join(map(str, shape_of(host_batch))),
-                   "variant": variant, "dropout": cfg.model.dropout,
+                   "variant": variant, "seeds": seeds, "dropout": cfg.model.dropout,
                    "attention_impl": cfg.model.attention_impl,
                    "embedding_grad": cfg.model.embedding_grad,
                    "padding_fraction": padding_fraction([host_batch]),
-                   "model_gflop_per_step": model_gflop}
+                   "model_gflop_per_step": model_gflop * seeds}
             start = time.perf_counter()
             state = jax.block_until_ready(fn(state, batch))
             row["compile_s"] = time.perf_counter() - start
@@ -217,12 +256,12 @@ def profile(args: argparse.Namespace) -> dict:
                 timings.append((per_step, dispatch))
             row["step_ms"] = statistics.median(t for t, _ in timings) * 1e3
             row["dispatch_ms"] = statistics.median(d for _, d in timings) * 1e3
-            row["tflops_per_sec"] = model_gflop / row["step_ms"]
+            row["tflops_per_sec"] = row["model_gflop_per_step"] / row["step_ms"]
             identity = jax.jit(lambda s, b: s, donate_argnums=0)
             state = jax.block_until_ready(identity(state, batch))
             state, identity_s, _ = timed_calls(identity, state, batch, args.steps)
             row["identity_ms"] = identity_s * 1e3
-            if args.hlo and index == 0 and variant == args.variants[0]:
+            if args.hlo and index == 0 and variant == args.variants[0] and step is not None:
                 hlo = step.lower(state, batch).compile().as_text()
                 args.hlo.parent.mkdir(parents=True, exist_ok=True)
                 with gzip.open(args.hlo, "wt") as file:
@@ -231,7 +270,7 @@ def profile(args: argparse.Namespace) -> dict:
                 with jax.profiler.trace(str(args.trace), create_perfetto_trace=True):
                     state, _, _ = timed_calls(fn, state, batch, 5)
                 row["trace"] = trace_summary(args.trace, 5)
-            if args.parts and variant == args.variants[0]:
+            if args.parts and variant == args.variants[0] and step is not None:
                 programs = part_programs(graphdef, cfg.train, state, batch, optimizer)
                 for name, (program, program_args) in programs.items():
                     row[f"{name.replace('+', '_')}_ms"] = (
@@ -250,8 +289,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--size", choices=("tiny", "base"), required=True)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--batch_tokens", type=parse_sizes, default=(4096,), help="[4096]")
-    parser.add_argument("--variants", type=lambda t: t.split(","), default=list(VARIANTS),
-                        help=f"[{','.join(VARIANTS)}]")
+    parser.add_argument("--variants", type=lambda t: t.split(","),
+                        default=[v for v in VARIANTS if v not in SEED_VARIANTS],
+                        help=f"of {','.join(VARIANTS)} [those of one seed]")
+    parser.add_argument("--seeds", type=int, default=8, help="seeds of together / stacked [8]")
     parser.add_argument("--steps", type=int, default=20, help="[20]")
     parser.add_argument("--trace", type=Path, help="record and summarise a profiler trace here")
     parser.add_argument("--dropout", type=float, help="override model.dropout [0.2]")
@@ -278,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     for row in result["rows"]:
         parts = " ".join(f"{k[:-3]} {row[k]:.2f}" for k in ("forward_ms", "forward_backward_ms",
                                                               "optimizer_ms") if k in row)
-        print(f"{row['batch_tokens']:>6} {row['shape']:>11} {row['variant']:>9}: step "
+        print(f"{row['batch_tokens']:>6} {row['shape']:>11} {row['variant']:>9} x{row['seeds']}: step "
               f"{row['step_ms']:.2f} ms (dispatch {row['dispatch_ms']:.2f}, identity "
               f"{row['identity_ms']:.2f}), {row['tflops_per_sec']:.1f} TFLOP/s, compile "
               f"{row['compile_s']:.1f} s {parts}")

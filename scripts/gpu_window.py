@@ -2,10 +2,11 @@
 scripts/gpu_window.sh, which prepares the machine first):
 
   1. recipe: the tiny recipe (configs/multi30k_de_en.py) from launch to its last step.
-     A short warm-up run (50 steps and a validation, in a scratch workdir) fills the
-     persistent compilation cache first, so the measured run is a relaunch that finds
-     its programs compiled; both are timed. A measured run cut by the deadline is
-     projected to its last step at its steady ms/step.
+     A short warm-up run (`--recipe_warmup_steps`, default 50, and a validation, in a
+     scratch workdir) fills the persistent compilation cache first, so the measured run
+     is a relaunch that finds its programs compiled; both are timed (0: no warm-up, the
+     measured run is a fresh machine's first launch). A measured run cut by the deadline
+     is projected to its last step at its steady ms/step.
   2. seeds: one seed, then `--seeds N --together` (default 8), both for `--seed_steps`
      on one packed batch shape (`--seeds_override`, default the plan's `packed` variant:
      with padded buckets the seeds' batches differ in shape at a step, and each (shape,
@@ -13,7 +14,9 @@ scripts/gpu_window.sh, which prepares the machine first):
      ms per step of each between two train logs after warm-up (no validation between);
      then two one-seed runs side by side (two processes), timed over the span they share.
   3. profile: bench/step_profile.py on the recipe's model (tiny) at 4,096 tokens: step
-     against dispatch time and the device-busy time of a trace (host- or device-bound).
+     against dispatch time and the device-busy time of a trace (host- or device-bound),
+     for each of `--profile_variants` (default `pure`, one seed; `stacked` and
+     `together` step `--seeds` seeds as one program).
   4. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
   5. sweep: scripts/sweep.py on a plan with the minutes left, going on from the earlier
      windows' results committed in `results/sweep/<plan>/` (`--sweep_earlier`), two runs
@@ -23,7 +26,7 @@ scripts/gpu_window.sh, which prepares the machine first):
      training split come back; checkpoints only with --sweep_pack (a lent machine hands
      back 64 MiB: about two seeds' checkpoints).
 
-    python scripts/gpu_window.py [--phases recipe,seeds,profile,peer,sweep]
+    python scripts/gpu_window.py [--phases recipe,seeds,profile,peer,sweep] (in that order)
         [--deadline_s 570] [--results $OUT/results/bench] [--work /tmp/gpu_window]
         [--plan PLAN.toml]
 
@@ -36,7 +39,8 @@ skips the runs done and resumes the one cut off), and its results are copied to
 `<results>/../sweep/<plan>` at the end: unpacked over the repository, they land where
 the next window's sweep reads them. A phase that does not fit in the
 time left is skipped. On a CPU, `--config configs/smoke.py` with a few steps tries the
-recipe and seeds phases (tests/test_gpu_window.py).
+recipe and seeds phases (tests/test_gpu_window.py). The phases run in the order
+`--phases` names them.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+PHASES = ("recipe", "seeds", "profile", "peer", "sweep")
 sys.path.insert(0, str(REPO / "scripts"))
 from sweep import run_process, write_json  # noqa: E402
 
@@ -115,15 +120,17 @@ def train_argv(config: str, workdir: Path, overrides: list[str], *more: str) -> 
 def phase_recipe(args, left) -> dict:
     """Warm-up (fills the compilation cache), then the measured launch to the last step."""
     work = args.work / "recipe"
-    warm = train_argv(args.config, work / "warmup", args.override,
-                      "--config.train.num_steps=50", "--config.eval.every_steps=50",
-                      "--config.checkpoint.every_steps=100000")
-    start = time.time()
-    code, cut = run_process(warm, args.work / "recipe_warmup.log", left())
-    result = {"config": args.config, "overrides": args.override,
-              "warmup": {"command": " ".join(warm[1:]), "exit_code": code, "cut": cut,
-                         "wall_seconds": round(time.time() - start, 1),
-                         "compile_seconds": last_compile_seconds(work / "warmup")}}
+    result = {"config": args.config, "overrides": args.override, "warmup": None}
+    if args.recipe_warmup_steps:
+        steps = args.recipe_warmup_steps
+        warm = train_argv(args.config, work / "warmup", args.override,
+                          f"--config.train.num_steps={steps}", f"--config.eval.every_steps={steps}",
+                          "--config.checkpoint.every_steps=100000")
+        start = time.time()
+        code, cut = run_process(warm, args.work / "recipe_warmup.log", left())
+        result["warmup"] = {"command": " ".join(warm[1:]), "exit_code": code, "cut": cut,
+                            "wall_seconds": round(time.time() - start, 1),
+                            "compile_seconds": last_compile_seconds(work / "warmup")}
     measured = train_argv(args.config, work / "run", args.override)
     start = time.time()
     code, cut = run_process(measured, args.work / "recipe_run.log", left())
@@ -203,7 +210,8 @@ def sweep_parallel(choice: str, seeds: dict | None) -> int:
 def phase_profile(args, left) -> tuple[int, bool]:
     """bench/step_profile.py: the recipe's model (tiny) on one 4,096-token batch shape."""
     argv = [sys.executable, "bench/step_profile.py", "--size", "tiny", "--batch_tokens", "4096",
-            "--variants", "pure", "--trace", str(args.work / "trace"),
+            "--variants", args.profile_variants, "--seeds", str(args.seeds),
+            "--trace", str(args.work / "trace"),
             "--json", str(args.results / "gpu_step_profile_tiny.json")]
     return run_process(argv, args.work / "profile.log", left())
 
@@ -231,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--override", action="append", default=[],
                         help="a --config.KEY=VALUE flag for every training (repeatable)")
     parser.add_argument("--steps", type=int, default=8000, help="the recipe's last step")
+    parser.add_argument("--recipe_warmup_steps", type=int, default=50,
+                        help="the recipe's warm-up run (0: none, a cold launch) [50]")
+    parser.add_argument("--profile_variants", default="pure",
+                        help="bench/step_profile.py's variants [pure]")
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--seed_steps", type=int, default=600)
     parser.add_argument("--seeds_override", action="append", default=None,
@@ -261,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         args.seeds_override = ["--config.data.pack_length=64", "--config.train.batch_tokens=2944"]
     start = time.time()
     phases = [p for p in args.phases.split(",") if p]
+    if unknown := [p for p in phases if p not in PHASES]:
+        print(f"error: --phases: unknown {unknown}; choose from {list(PHASES)}", file=sys.stderr)
+        return 2
     args.results.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
 
@@ -269,24 +284,30 @@ def main(argv: list[str] | None = None) -> int:
 
     device = device_name()
     print(f"gpu_window: {device}; phases {phases}; {args.deadline_s:.0f} s", flush=True)
-    if "recipe" in phases:
+    seeds = None
+
+    def recipe() -> None:
         result = {"device": device, **phase_recipe(args, left)}
         write_json(args.results / "gpu_tiny_recipe_time_to_result.json", result)
         print(f"gpu_window: recipe {json.dumps(result['run'])}", flush=True)
-    seeds = None
-    if "seeds" in phases and left() > 60:
+
+    def seeds_phase() -> None:
+        nonlocal seeds
         seeds = {"device": device, **phase_seeds(args, left)}
         write_json(args.results / "gpu_seeds_together.json", seeds)
         print(f"gpu_window: seeds {json.dumps(seeds)}", flush=True)
-    if "profile" in phases and left() > 90:
+
+    def profile() -> None:
         code, cut = phase_profile(args, left)
         print(f"gpu_window: profile exit {code}{' (deadline)' if cut else ''}", flush=True)
-    if "peer" in phases and left() > 120:
+
+    def peer() -> None:
         argv = [sys.executable, "bench/gpu_peer.py", "--json", str(args.results / "gpu_peer.json"),
                 *args.peer_args.split()]
         code, cut = run_process(argv, args.work / "peer.log", left())
         print(f"gpu_window: peer exit {code}{' (deadline)' if cut else ''}", flush=True)
-    if "sweep" in phases and left() > 150:
+
+    def sweep() -> None:
         argv = [sys.executable, "scripts/sweep.py", args.plan, "--runs",
                 str(args.sweep_runs), "--out", str(args.sweep_out),
                 "--deadline_minutes", f"{(left() - 10) / 60:.2f}",
@@ -298,6 +319,16 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(args.sweep_out, args.results.parent / "sweep" / plan_name,
                             dirs_exist_ok=True)
         print(f"gpu_window: sweep exit {code}", flush=True)
+
+    # name: (run it, the seconds it needs left to start)
+    known = {"recipe": (recipe, 0), "seeds": (seeds_phase, 60), "profile": (profile, 90),
+             "peer": (peer, 120), "sweep": (sweep, 150)}
+    for phase in phases:
+        run, needs = known[phase]
+        if left() > needs:
+            run()
+        else:
+            print(f"gpu_window: {phase} skipped ({left():.0f} s left)", flush=True)
     for log in sorted(args.work.glob("*.log")):  # what happened, back with the results
         (args.results.parent / "logs").mkdir(parents=True, exist_ok=True)
         (args.results.parent / "logs" / log.name).write_bytes(log.read_bytes()[-200_000:])
