@@ -230,7 +230,8 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     logger = MetricsLogger(log, learning_rate_schedule(cfg.train), clock, manager, progress,
                            lambda: compile_timer.seconds)
     saver = Saver(manager, loop, lambda at: finished_reason(at, loop, cfg.train), train_seconds,
-                  cfg.train.patience_metric)
+                  cfg.train.patience_metric, (cfg.train.num_steps, cfg.checkpoint.keep,
+                                              cfg.checkpoint.last_every_steps))
     hooks = [Hook("budget", 1, clock),  # first: the factor the step just trained with
              Hook("log", cfg.train.log_every_steps, logger),
              Hook("validate", cfg.eval.every_steps, validation, at_end=Tick.ends_unsignalled),

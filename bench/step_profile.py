@@ -17,11 +17,12 @@ from the one `create_train_state` returns:
     pure_flat  pure, and the optimizer wrapped in `optax.flatten` (one update over one
                vector instead of one per parameter array), passed to `make_train_step`;
     together   `--seeds` N copies of pure, stepped as `train.py --seeds N --together` steps
-               them: training/together.py's program (the N states stacked, the step
-               vmapped, each seed with its own dropout key, the states unstacked again),
-               every seed on the same batch;
-    stacked    the same N seeds, their states kept stacked between steps (the vmapped step
-               alone): together's cost over stacked is its stacking and unstacking;
+               them: training/together.py's program (the N states stacked on the device
+               from step to step, the step vmapped, each seed with its own dropout key;
+               each seed's batch given apart and stacked in the program, the active mask,
+               metrics per seed), every seed on the same batch;
+    stacked    the vmapped step alone on the same stacked states and a batch stacked
+               beforehand: together's cost over stacked is its per-seed inputs and outputs;
 
 it reports `compile_s` (first call), `step_ms` (median of 3 timings of `--steps` steps,
 synced once after each) and `dispatch_ms` (host time to issue one step while the device is
@@ -127,14 +128,13 @@ def setup_seeds(graphdef, base: dict, cfg_train, variant: str, seeds: int,
     keys = tuple(jax.random.key(k) for k in range(seeds))
     copies = tuple(jax.tree.map(jnp.array, base) for _ in range(seeds))
     stack = lambda *xs: jnp.stack(xs)  # noqa: E731
+    state, keys = jax.tree.map(stack, *copies), jnp.stack(keys)
     if variant == "together":
         program = jax.jit(functools.partial(_together, step_fn), donate_argnums=0)
         active = jnp.ones(seeds, bool)
-        return copies, lambda s, b: program(s, (b,) * seeds, None, keys, active)[0], batch
+        return state, lambda s, b: program(s, (b,) * seeds, None, keys, active)[0], batch
     program = jax.jit(jax.vmap(step_fn), donate_argnums=0)
-    stacked_keys = jnp.stack(keys)
-    return (jax.tree.map(stack, *copies), lambda s, b: program(s, b, None, stacked_keys)[0],
-            jax.tree.map(stack, *(batch,) * seeds))
+    return state, lambda s, b: program(s, b, None, keys)[0], jax.tree.map(stack, *(batch,) * seeds)
 
 
 def trace_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:

@@ -151,6 +151,10 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint = checkpoint = ml_collections.ConfigDict()
     checkpoint.every_steps = 1000
     checkpoint.keep = 5
+    # > 0: the last `keep` saves before train.num_steps also come this many steps apart
+    # (what evaluate.py --average_last keep averages), while every_steps, the cadence a
+    # resume needs, can be sparse: on a GPU each save stalls the step for about a second.
+    checkpoint.last_every_steps = 0
 
     config.attention_maps = maps = ml_collections.ConfigDict()
     maps.enabled = True

@@ -184,6 +184,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     # checkpoint
     "checkpoint.every_steps": at_least(1, "a run must be resumable before its end"),
     "checkpoint.keep": at_least(1, "the newest checkpoint is what a resume needs"),
+    "checkpoint.last_every_steps": at_least(0, "0 = the last saves come every_steps apart"),
     # attention_maps
     "attention_maps.enabled": SWITCH,
     "attention_maps.num_examples": at_least(0),

@@ -105,3 +105,34 @@ def test_learning_rate_schedule_at_every_step_including_zero():
         assert all(0 <= r <= 0.01 + 1e-9 for r in rates)
     cfg.schedule = "inverse_sqrt"
     assert abs(float(learning_rate_schedule(cfg)(16)) - 0.01 * (4 / 16) ** 0.5) < 1e-9
+
+
+def test_checkpoint_hook_saves_sparse_then_the_last_saves_dense(monkeypatch):
+    """checkpoint.every_steps 20 for a resume and last_every_steps 5 for the last 3 saves
+    before step 40: saves at 20, then 30, 35, 40 (not 25: outside the last 15 steps), and
+    after a validation; a run whose last saves are off saves every 20 alone."""
+    import types
+
+    from training import hooks
+    from training.loop import LoopState
+
+    assert [s for s in range(1, 41) if hooks.in_last_saves(s, 40, 3, 5)] == [30, 35, 40]
+    assert not any(hooks.in_last_saves(s, 40, 3, 0) for s in range(1, 41))
+
+    def saved_steps(last_saves, validated=()):
+        saved = []
+        monkeypatch.setattr(hooks.ckpt, "save", lambda manager, step, *a: saved.append(step))
+        monkeypatch.setattr(hooks, "check_finite", lambda state, manager: None)
+        saver = hooks.Saver(None, LoopState(), lambda step: "end" if step >= 40 else "",
+                            lambda: 0.0, "bleu", last_saves)
+        hook = hooks.Hook("checkpoint", 20, saver, also=saver.also_due)
+        stop = types.SimpleNamespace(signum=0)
+        for step in range(1, 41):
+            tick = hooks.Tick(step, {}, step == 40, stop)
+            tick.valid = {"bleu": 1.0} if step in validated else None
+            hooks.run_hooks([hook], tick)
+        return saved
+
+    assert saved_steps((40, 3, 5)) == [20, 30, 35, 40]
+    assert saved_steps((40, 3, 5), validated=(12,)) == [12, 20, 30, 35, 40]
+    assert saved_steps((40, 3, 0)) == [20, 40]

@@ -23,9 +23,10 @@ import pytest
 from conftest import REPO, run_script
 
 from configs import smoke
+from training import together as together_module
 from training.loop import StopRequest
 from training.step import create_train_state, make_eval_step, make_train_step
-from training.together import SeedGroup, batch_groups
+from training.together import SeedGroup, _stack, batch_groups
 
 STEPS = 30
 TRAIN = ("--config", "configs/smoke.py", f"--config.train.num_steps={STEPS}",
@@ -62,11 +63,15 @@ def _batch(rng: np.random.Generator, rows: int, length: int, vocab: int) -> dict
             "tgt_out": jnp.asarray(tgt[:, 1:])}
 
 
-def test_program_of_seeds_equals_each_seed_alone():
+def test_program_of_seeds_equals_each_seed_alone(monkeypatch):
     """Three steps of two seeds through a SeedGroup (their batches of 8 and 6 rows, then of
     different lengths) against each seed's own jitted step: same parameters, optimizer
     state, step counters and metrics; one call per step while the lengths agree, and
-    each call steps both seeds, keeping the group's new states only."""
+    each call steps both seeds, keeping the group's new states only. The seeds' states
+    are stacked once, at the first step, and stay stacked: each seed holds a view."""
+    stacked = []
+    monkeypatch.setattr(together_module, "_stack",
+                        lambda states: stacked.append(1) or _stack(states))
     configs = []
     for seed in (0, 1):
         cfg = smoke.get_config()
@@ -88,7 +93,7 @@ def test_program_of_seeds_equals_each_seed_alone():
         group = SeedGroup([0, 1], stop)
         slots = [group.slot(seed).make_step(graphdef, cfg.train) for seed, cfg in
                  enumerate(configs)]
-        together = list(states)
+        together, first_views = list(states), None
         for batches in steps:
             results = [None, None]
 
@@ -100,6 +105,7 @@ def test_program_of_seeds_equals_each_seed_alone():
                 t.start()
             for t in threads:
                 t.join(timeout=300)
+            first_views = first_views or [result[0] for result in results]
             for seed in (0, 1):
                 together[seed], got = results[seed]
                 alone[seed], want = make_train_step(graphdef, configs[seed].train)(
@@ -111,8 +117,13 @@ def test_program_of_seeds_equals_each_seed_alone():
         # two calls each step both seeds (the other on an all-pad batch), the first with
         # step 2's shapes.
         assert group._program._cache_size() == 3
+        assert len(stacked) == 1  # the later steps took the views back as they were
+        with pytest.raises(RuntimeError, match="replaced"):  # donated to a later step
+            first_views[0].materialize()
     finally:
         stop.restore()
+    # Each seed holds a view of the stacked state, its slice cut out when read.
+    together = [view.materialize() for view in together]
     for seed in (0, 1):
         assert int(together[seed]["step"]) == 3
         assert_states_close(together[seed], alone[seed])
@@ -131,7 +142,7 @@ def test_a_seed_that_leaves_frees_the_others():
         step = group.slot(0).make_step(graphdef, cfg.train)
         group.leave(1)
         new, metrics = step(state, _batch(np.random.default_rng(1), 8, 16, 50))
-        assert int(new["step"]) == 1 and float(metrics["tokens"]) > 0
+        assert int(new.materialize()["step"]) == 1 and float(metrics["tokens"]) > 0
     finally:
         stop.restore()
 

@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,15 +40,18 @@ from training.schedules import budget_decay
 class Tick:
     """What the hooks of one step see.
 
-    step: the step just trained (1 after the first); state: the train state after it;
-    final: the run ends after this step (train.num_steps, the time budget or a signal, as
-    known when the step ended); signalled: a signal had arrived by then; valid: set by
-    the validation hook when it ran at this step, its figures {"loss": ..., "bleu": ...}
-    (bleu None when it did not decode).
+    step: int, the step just trained (1 after the first); `state`: the train state after
+    it, from `given`: the train state itself, or what the step returned in its place (a
+    seed trained with others, training/together.py's `SeedState`, whose `materialize()`
+    cuts it out of the seeds' stacked state: only when a hook reads it); final: the run
+    ends after this step (train.num_steps, the time budget or a signal, as known when the
+    step ended); signalled: a signal had arrived by then; valid: set by the validation
+    hook when it ran at this step, its figures {"loss": ..., "bleu": ...} (bleu None when
+    it did not decode).
     """
 
     step: int
-    state: dict
+    given: dict | Any
     final: bool
     stop: StopRequest
     signalled: bool = dataclasses.field(init=False)  # read from `stop` when made
@@ -56,6 +60,11 @@ class Tick:
 
     def __post_init__(self) -> None:
         self.signalled = bool(self.stop.signum)
+
+    @functools.cached_property
+    def state(self) -> dict:
+        """The train state after this step (`given`, materialised once if it is a view)."""
+        return self.given if isinstance(self.given, dict) else self.given.materialize()
 
     @property
     def stopping(self) -> bool:
@@ -185,20 +194,30 @@ class BudgetClock:
             self.loop.decay_start_seconds = self.loop.train_seconds
 
 
+def in_last_saves(step: int, num_steps: int, keep: int, every: int) -> bool:
+    """Whether `step` is one of the last `keep` saves `every` steps apart before
+    `num_steps` (checkpoint.last_every_steps; every 0: none): a multiple of `every` in the
+    last keep * every steps."""
+    return every > 0 and step % every == 0 and step > num_steps - keep * every
+
+
 class Saver:
     """The "checkpoint" hook: saves every `checkpoint.every_steps`, at the end, when the
-    run finishes early (the time budget, patience), when a signal asks to stop, and after
+    run finishes early (the time budget, patience), when a signal asks to stop, after
     every validation (whose figure named by `metric`, train.patience_metric, ranks the
-    best checkpoint)."""
+    best checkpoint), and at the last saves `in_last_saves` names (`last_saves`: its
+    num_steps, keep and every)."""
 
     def __init__(self, manager, loop: LoopState, finished: Callable[[int], str],
-                 train_seconds: Callable[[], float], metric: str):
+                 train_seconds: Callable[[], float], metric: str,
+                 last_saves: tuple[int, int, int] = (0, 0, 0)):
         self.manager, self.loop, self.finished, self.train_seconds = (manager, loop, finished,
                                                                       train_seconds)
-        self.metric = metric
+        self.metric, self.last_saves = metric, last_saves
 
     def also_due(self, tick: Tick) -> bool:
-        return tick.stopping or bool(self.finished(tick.step)) or tick.valid is not None
+        return (tick.stopping or bool(self.finished(tick.step)) or tick.valid is not None
+                or in_last_saves(tick.step, *self.last_saves))
 
     def __call__(self, tick: Tick) -> None:
         check_finite(tick.state, self.manager)

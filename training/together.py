@@ -4,11 +4,15 @@ config with one program per step, so that on an accelerator N seeds cost about o
 Each seed runs train.py's own `train` (every check, resume, hook, checkpoint and metric
 of a run) in a thread of its own, into the same `<parent>/seed<k>/` workdir as
 `--seeds N`; only its train step differs. The steps of all seeds meet in a `SeedGroup`,
-which runs them as one jitted program (`_together`): the seeds' train states and
-batches stacked on a leading seed axis, the step function of `make_train_step` vmapped
-over it, each seed with its own dropout base key (`train.seed = k`), and the results
-unstacked into one state per seed again, inside the program, so the host does no
-per-seed array work and each seed's checkpoint is what training it alone would save.
+which runs them as one jitted program (`_together`): the step function of
+`make_train_step` vmapped over the seeds' train states, stacked on a leading seed axis,
+each seed with its own dropout base key (`train.seed = k`). The stacked state stays on
+the device from one step to the next (donated to each call), and a seed's loop holds a
+`SeedState`, a view of its slice: the slice is cut out (one small program) only when a
+hook reads the state (validation, a checkpoint, the finite check), so each seed's
+checkpoint is what training it alone would save, while the per-step host work does not
+grow with the seeds' states (8 seeds' unstacked states in and out cost 54 ms a call on
+an H200, for a 17 ms step: bench/README.md).
 
 Batches: each seed has its own batcher (seed k), so at one step the seeds' padded
 batches may differ in shape. Seeds whose batches differ only in their number of rows
@@ -28,8 +32,9 @@ shape, so every step is one call.
 Threads: seeds are set up one after another (tokenizer, data cache, restore), each
 starting once the one before it has reached its first step; SIGINT / SIGTERM are
 caught by the main thread and reach every seed, which saves and exits as a lone run
-does. A seed that ends (finished, or an error) leaves the group and the others go on;
-no seed is started after one failed; the first error is raised once every seed ended.
+does. A seed that ends (finished, or an error) leaves the group and the others go on,
+its slice kept in the stacked state and stepped no more; no seed is started after one
+failed; the first error is raised once every seed ended.
 """
 
 from __future__ import annotations
@@ -64,6 +69,24 @@ class SharedStop:
         pass
 
 
+class SeedState:
+    """One seed's train state inside the group's stacked state, as `version` (the group's
+    count of programs run) left it: what a seed's `train` loop holds between steps.
+    `materialize()` cuts the seed's slice out (once; training/hooks.py `Tick.state` calls
+    it when a hook reads the state); the group takes the view back at the next step
+    without restacking."""
+
+    def __init__(self, group: SeedGroup, seed: int, version: int):
+        self.group, self.seed, self.version = group, seed, version
+        self._state: dict | None = None
+
+    def materialize(self) -> dict:
+        """The seed's train state (training/step.py layout), sliced from the group's."""
+        if self._state is None:
+            self._state = self.group.slice_of(self.seed, self.version)
+        return self._state
+
+
 class SeedSlot:
     """What one seed's `train` takes from the group: `stop` (a `SharedStop`),
     `make_step`, a stand-in for `make_train_step` whose step runs with the other seeds',
@@ -77,8 +100,10 @@ class SeedSlot:
 
     def make_step(self, graphdef, cfg_train, plugins=()) -> Callable:
         """`make_train_step(graphdef, cfg_train, plugins=plugins)`'s signature and step:
-        `(state, batch[, lr_scale]) -> (state, metrics)`, blocking until every seed of
-        the group has given its step (not its result: the program runs asynchronously)."""
+        `(state, batch[, lr_scale]) -> (SeedState, metrics)`, blocking until every seed of
+        the group has given its step (not its result: the program runs asynchronously).
+        `state` is the seed's own train state at its first step, then the `SeedState`
+        the step before returned."""
         self.group.set_step_fn(make_train_step(graphdef, cfg_train, plugins=plugins, jit=False),
                                bool(cfg_train.rdrop_alpha))
         key = jax.random.key(cfg_train.seed)
@@ -94,7 +119,8 @@ class SeedSlot:
 class SeedGroup:
     """The rendezvous of the seeds' train steps: once every seed still training has
     given its (state, batch, lr_scale), the first to find the group complete runs them
-    all (`_together`) and each seed gets its own new state and metrics back."""
+    all (`_together`) on the stacked state and each seed gets its `SeedState` and
+    metrics back."""
 
     def __init__(self, seeds: Sequence[int], stop: StopRequest):
         self.stop = SharedStop(stop)
@@ -103,11 +129,13 @@ class SeedGroup:
         self._members = set(seeds)  # seeds that have not left (started or not)
         self._arrived: set[int] = set()  # seeds that gave a step or left
         self._pending: dict[int, tuple] = {}  # seed -> (key, state, batch, lr_scale)
-        self._results: dict[int, object] = {}  # seed -> (state, metrics) or an exception
+        self._results: dict[int, object] = {}  # seed -> (SeedState, metrics) or an exception
         self._program: Callable | None = None
         self._eval_step: Callable | None = None
         self._rdrop = False
-        self.programs_run = 0  # calls of the jitted program (tests count them)
+        self._stacked: dict | None = None  # every seed's state, stacked in `self.seeds` order
+        self._keys: jax.Array | None = None  # the seeds' dropout base keys, stacked
+        self.programs_run = 0  # calls of the jitted program: the version of `_stacked`
 
     def slot(self, seed: int) -> SeedSlot:
         return SeedSlot(self, seed)
@@ -127,7 +155,15 @@ class SeedGroup:
                 self._eval_step = make_eval_step(graphdef, label_smoothing)
             return self._eval_step
 
-    def step(self, seed: int, key: jax.Array, state: dict, batch: dict, lr_scale=None):
+    def slice_of(self, seed: int, version: int) -> dict:
+        """`seed`'s train state as the `version`-th program left it (`SeedState`)."""
+        with self._cond:
+            if version != self.programs_run:  # its arrays were donated to a later step
+                raise RuntimeError(f"seed {seed}: its state of step call {version} was "
+                                   f"replaced by call {self.programs_run}'s; read it before")
+            return _slice(self._stacked, self.seeds.index(seed))
+
+    def step(self, seed: int, key: jax.Array, state, batch: dict, lr_scale=None):
         with self._cond:
             self._arrived.add(seed)
             self._pending[seed] = (key, state, batch, lr_scale)
@@ -154,33 +190,69 @@ class SeedGroup:
             while seed not in self._arrived:
                 self._cond.wait()
 
+    def _restack(self, pending: dict[int, tuple]) -> None:
+        """With the lock held: `_stacked` from the seeds' own states where one gave a state
+        that is not a view of the current stack (its first step). A seed that left keeps
+        its slice; one that never gave a step has another's state there, stepped never."""
+        given = {k: state for k, (_, state, _, _) in pending.items()}
+        if self._stacked is None or not all(_is_current(s, self.programs_run)
+                                            for s in given.values()):
+            filler = next(iter(given.values()))
+            states = []
+            for index, seed in enumerate(self.seeds):
+                state = given.get(seed)
+                if state is None:
+                    state = filler if self._stacked is None else _slice(self._stacked, index)
+                states.append(state.materialize() if isinstance(state, SeedState) else state)
+            self._stacked = _stack(tuple(states))
+        if self._keys is None:
+            first = next(iter(pending.values()))[0]
+            self._keys = jnp.stack([pending.get(k, (first,))[0] for k in self.seeds])
+
     def _run_if_complete(self) -> None:
         """With the lock held: run the pending steps once every member has given one."""
         if not self._pending or not self._members <= self._pending.keys():
             return
         pending, self._pending = self._pending, {}
         try:
-            seeds = sorted(pending)
-            keys, states, batches, scales = zip(*(pending[k] for k in seeds), strict=True)
-            scales = None if scales[0] is None else scales
+            self._restack(pending)
+            batches = {k: batch for k, (_, _, batch, _) in pending.items()}
+            scales = None if next(iter(pending.values()))[3] is None else jnp.stack(
+                [pending[k][3] if k in pending else jnp.float32(1) for k in self.seeds])
             metrics_of = {}
-            for group in batch_groups(dict(zip(seeds, batches, strict=True)), self._rdrop):
-                # Seeds outside the group step on an all-pad batch of its shape (no loss
-                # weight) and keep their states (`active`): one program per batch shape.
-                first = batches[seeds.index(group[0])]
-                blank = {name: jnp.zeros(x.shape, x.dtype) for name, x in first.items()} \
-                    if len(group) < len(seeds) else None
-                step_batches = tuple(b if k in group else blank
-                                     for k, b in zip(seeds, batches, strict=True))
-                active = jnp.asarray([k in group for k in seeds])
-                states, metrics = self._program(states, step_batches, scales, keys, active)
+            for group in batch_groups(batches, self._rdrop):
+                # The others step on an all-pad batch of the group's shape (no loss weight)
+                # and keep their states (`active`): one program per batch shape.
+                blank = {name: jnp.zeros(x.shape, x.dtype)
+                         for name, x in batches[group[0]].items()}
+                step_batches = tuple(batches[k] if k in group else blank for k in self.seeds)
+                active = jnp.asarray([k in group for k in self.seeds])
+                self._stacked, metrics = self._program(self._stacked, step_batches, scales,
+                                                       self._keys, active)
                 self.programs_run += 1
-                metrics_of.update((k, metrics[i]) for i, k in enumerate(seeds) if k in group)
-            self._results.update((k, (states[i], metrics_of[k])) for i, k in enumerate(seeds))
+                metrics_of.update((k, metrics[self.seeds.index(k)]) for k in group)
+            self._results.update((k, (SeedState(self, k, self.programs_run), metrics_of[k]))
+                                 for k in pending)
         except Exception as err:  # noqa: BLE001 - every waiting seed raises it
             for seed in pending:
                 self._results.setdefault(seed, err)
         self._cond.notify_all()
+
+
+def _is_current(state, version: int) -> bool:
+    return isinstance(state, SeedState) and state.version == version
+
+
+@jax.jit
+def _stack(states: tuple) -> dict:
+    """n train states of one structure -> one, each array with a leading seed axis [n, ...]."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+
+
+@jax.jit
+def _slice(stacked: dict, index: jax.Array) -> dict:
+    """The `index`-th train state of a stacked one (`_stack`); one program for every index."""
+    return jax.tree.map(lambda x: x[index], stacked)
 
 
 def batch_groups(batches: dict[int, dict], full_shape: bool = False) -> list[list[int]]:
@@ -195,35 +267,29 @@ def batch_groups(batches: dict[int, dict], full_shape: bool = False) -> list[lis
     return list(groups.values())
 
 
-def _together(step_fn: Callable, states: tuple, batches: tuple, lr_scales: tuple | None,
-              keys: tuple, active: jax.Array) -> tuple[tuple, tuple]:
-    """One train step of n seeds as one program (jitted by SeedGroup, states donated).
+def _together(step_fn: Callable, stacked: dict, batches: tuple, lr_scales: jax.Array | None,
+              keys: jax.Array, active: jax.Array) -> tuple[dict, tuple]:
+    """One train step of n seeds as one program (jitted by SeedGroup, `stacked` donated).
 
-    states: n train states (training/step.py) of one structure; batches: n batches with
-    equal keys, each array [B_k, ...] with the same trailing shape; lr_scales: n float32
-    scalars, or None; keys: n typed PRNG keys (each seed's dropout base key); active:
-    bool [n], the seeds this call steps (the others' states come back unchanged).
-    Returns (n states, n metrics dicts), each active seed's as `step_fn` alone gives them.
+    stacked: the n seeds' train states (training/step.py), each array [n, ...]; batches: n
+    batches with equal keys, each array [B_k, ...] with the same trailing shape (padded
+    here to the most rows with all-pad rows); lr_scales: float32 [n], or None; keys: n
+    typed PRNG keys [n] (each seed's dropout base key); active: bool [n], the seeds this
+    call steps (the others' states come back unchanged).
+    Returns (the stacked new states, n metrics dicts), each active seed's as `step_fn`
+    alone gives them.
     """
     rows = max(x.shape[0] for batch in batches for x in batch.values())
 
     def pad_rows(x):  # all-pad rows: no loss weight, and the real rows' masks stay put
         return jnp.pad(x, [(0, rows - x.shape[0])] + [(0, 0)] * (x.ndim - 1))
 
-    stack = lambda *xs: jnp.stack(xs)  # noqa: E731
-    old = jax.tree.map(stack, *states)
-    new, metrics = jax.vmap(step_fn)(
-        old,
-        jax.tree.map(stack, *[jax.tree.map(pad_rows, b) for b in batches]),
-        None if lr_scales is None else jnp.stack(lr_scales),
-        jnp.stack(keys))
+    stacked_batches = jax.tree.map(lambda *xs: jnp.stack(xs),
+                                   *[jax.tree.map(pad_rows, b) for b in batches])
+    new, metrics = jax.vmap(step_fn)(stacked, stacked_batches, lr_scales, keys)
     new = jax.tree.map(lambda n, o: jnp.where(active.reshape((-1,) + (1,) * (n.ndim - 1)), n, o),
-                       new, old)
-
-    def unstack(tree) -> tuple:
-        return tuple(jax.tree.map(lambda x, k=k: x[k], tree) for k in range(len(states)))
-
-    return unstack(new), unstack(metrics)
+                       new, stacked)
+    return new, tuple(jax.tree.map(lambda x, k=k: x[k], metrics) for k in range(len(batches)))
 
 
 def train_together(run_seed: Callable[[int, SeedSlot], int], seeds: Sequence[int]) -> int:
