@@ -135,6 +135,7 @@ class SeedGroup:
         self._rdrop = False
         self._stacked: dict | None = None  # every seed's state, stacked in `self.seeds` order
         self._keys: jax.Array | None = None  # the seeds' dropout base keys, stacked
+        self._active_masks: dict[tuple[int, ...], jax.Array] = {}
         self.programs_run = 0  # calls of the jitted program: the version of `_stacked`
 
     def slot(self, seed: int) -> SeedSlot:
@@ -190,6 +191,13 @@ class SeedGroup:
             while seed not in self._arrived:
                 self._cond.wait()
 
+    def _active(self, group: list[int]) -> jax.Array:
+        """bool [n]: which of the seeds `group` holds (placed once per group, not per step)."""
+        key = tuple(group)
+        if key not in self._active_masks:
+            self._active_masks[key] = jnp.asarray([k in group for k in self.seeds])
+        return self._active_masks[key]
+
     def _restack(self, pending: dict[int, tuple]) -> None:
         """With the lock held: `_stacked` from the seeds' own states where one gave a state
         that is not a view of the current stack (its first step). A seed that left keeps
@@ -223,12 +231,11 @@ class SeedGroup:
             for group in batch_groups(batches, self._rdrop):
                 # The others step on an all-pad batch of the group's shape (no loss weight)
                 # and keep their states (`active`): one program per batch shape.
-                blank = {name: jnp.zeros(x.shape, x.dtype)
-                         for name, x in batches[group[0]].items()}
+                blank = None if len(group) == len(self.seeds) else {
+                    name: jnp.zeros(x.shape, x.dtype) for name, x in batches[group[0]].items()}
                 step_batches = tuple(batches[k] if k in group else blank for k in self.seeds)
-                active = jnp.asarray([k in group for k in self.seeds])
                 self._stacked, metrics = self._program(self._stacked, step_batches, scales,
-                                                       self._keys, active)
+                                                       self._keys, self._active(group))
                 self.programs_run += 1
                 metrics_of.update((k, metrics[self.seeds.index(k)]) for k in group)
             self._results.update((k, (SeedState(self, k, self.programs_run), metrics_of[k]))
