@@ -207,6 +207,16 @@ def sweep_parallel(choice: str, seeds: dict | None) -> int:
     return 2 if ratio is not None and ratio <= 1.5 else 1
 
 
+def sweep_argv(args, seconds: float, parallel: int) -> list[str]:
+    """scripts/sweep.py's command: the plan's runs (`--sweep_only` variants), in `seconds`."""
+    return [sys.executable, "scripts/sweep.py", args.plan, "--runs", str(args.sweep_runs),
+            "--out", str(args.sweep_out), "--deadline_minutes", f"{seconds / 60:.2f}",
+            "--parallel", str(parallel),
+            *(["--only", args.sweep_only] if args.sweep_only else []),
+            *(["--pack"] if args.sweep_pack else []),
+            *(["--earlier", str(args.sweep_earlier)] if args.sweep_earlier.is_dir() else [])]
+
+
 def phase_profile(args, left) -> tuple[int, bool]:
     """bench/step_profile.py: the recipe's model (tiny) on one 4,096-token batch shape."""
     argv = [sys.executable, "bench/step_profile.py", "--size", "tiny", "--batch_tokens", "4096",
@@ -261,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep_parallel", default="auto",
                         help="runs the sweep trains side by side: N, or auto (from the seeds "
                              "phase's two processes; 1 without it) [auto]")
+    parser.add_argument("--sweep_only", default="",
+                        help="the plan's variants the sweep runs, comma-separated [all]")
     parser.add_argument("--sweep_pack", action="store_true",
                         help="the sweep also hands back each run's newest checkpoints")
     parser.add_argument("--peer_args", default="", help="more flags for bench/gpu_peer.py")
@@ -308,12 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_window: peer exit {code}{' (deadline)' if cut else ''}", flush=True)
 
     def sweep() -> None:
-        argv = [sys.executable, "scripts/sweep.py", args.plan, "--runs",
-                str(args.sweep_runs), "--out", str(args.sweep_out),
-                "--deadline_minutes", f"{(left() - 10) / 60:.2f}",
-                "--parallel", str(sweep_parallel(args.sweep_parallel, seeds)),
-                *(["--pack"] if args.sweep_pack else []),
-                *(["--earlier", str(args.sweep_earlier)] if args.sweep_earlier.is_dir() else [])]
+        argv = sweep_argv(args, left() - 10, sweep_parallel(args.sweep_parallel, seeds))
         code, _ = run_process(argv, args.work / "sweep.log", left())
         if args.sweep_out.is_dir():  # every result so far, those of earlier calls too
             shutil.copytree(args.sweep_out, args.results.parent / "sweep" / plan_name,
