@@ -122,19 +122,17 @@ def setup_seeds(graphdef, base: dict, cfg_train, variant: str, seeds: int,
     import jax.numpy as jnp
 
     from training.step import make_train_step
-    from training.together import _together
+    from training.together import _stack, _together
 
     step_fn = make_train_step(graphdef, cfg_train, jit=False)
-    keys = tuple(jax.random.key(k) for k in range(seeds))
-    copies = tuple(jax.tree.map(jnp.array, base) for _ in range(seeds))
-    stack = lambda *xs: jnp.stack(xs)  # noqa: E731
-    state, keys = jax.tree.map(stack, *copies), jnp.stack(keys)
+    keys = jnp.stack([jax.random.key(k) for k in range(seeds)])
+    state = _stack((base,) * seeds)  # new arrays: `base` serves the other variants
     if variant == "together":
         program = jax.jit(functools.partial(_together, step_fn), donate_argnums=0)
         active = jnp.ones(seeds, bool)
         return state, lambda s, b: program(s, (b,) * seeds, None, keys, active)[0], batch
     program = jax.jit(jax.vmap(step_fn), donate_argnums=0)
-    return state, lambda s, b: program(s, b, None, keys)[0], jax.tree.map(stack, *(batch,) * seeds)
+    return state, lambda s, b: program(s, b, None, keys)[0], _stack((batch,) * seeds)
 
 
 def trace_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:

@@ -56,7 +56,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PHASES = ("recipe", "seeds", "profile", "peer", "sweep")
+# Each phase, and the seconds it needs left before the deadline to start.
+PHASES = {"recipe": 0, "seeds": 60, "profile": 90, "peer": 120, "sweep": 150}
 sys.path.insert(0, str(REPO / "scripts"))
 from sweep import run_process, write_json  # noqa: E402
 
@@ -327,13 +328,11 @@ def main(argv: list[str] | None = None) -> int:
                             dirs_exist_ok=True)
         print(f"gpu_window: sweep exit {code}", flush=True)
 
-    # name: (run it, the seconds it needs left to start)
-    known = {"recipe": (recipe, 0), "seeds": (seeds_phase, 60), "profile": (profile, 90),
-             "peer": (peer, 120), "sweep": (sweep, 150)}
+    runs = {"recipe": recipe, "seeds": seeds_phase, "profile": profile, "peer": peer,
+            "sweep": sweep}
     for phase in phases:
-        run, needs = known[phase]
-        if left() > needs:
-            run()
+        if left() > PHASES[phase]:
+            runs[phase]()
         else:
             print(f"gpu_window: {phase} skipped ({left():.0f} s left)", flush=True)
     for log in sorted(args.work.glob("*.log")):  # what happened, back with the results
