@@ -144,6 +144,9 @@ def get_config() -> ml_collections.ConfigDict:
     # False: validation is the teacher-forced loss alone (no decoding, BLEU or attention
     # maps), cheap enough to run every epoch as fairseq does; needs patience_metric "loss".
     eval_.decode = True
+    # Compile validation's programs on background threads from the launch, while training
+    # runs, instead of at the first validation (evaluation/precompile.py).
+    eval_.precompile = True
     # lc_norm_tok only: evaluate.py also writes Moses-detokenised hypotheses and scores them
     # against the raw references (lowercase output: not comparable with a cased BLEU).
     eval_.detokenize = False

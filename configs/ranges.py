@@ -180,6 +180,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     "eval.batch_size": at_least(1),
     "eval.max_sentences": at_least(0, "0 = all"),
     "eval.decode": SWITCH,
+    "eval.precompile": SWITCH,
     "eval.detokenize": SWITCH,
     # checkpoint
     "checkpoint.every_steps": at_least(1, "a run must be resumable before its end"),

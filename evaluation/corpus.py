@@ -205,6 +205,15 @@ def save_attention(model, tokenizer, sources: list[str], n: int, *, beam_size: i
                   "attention_preview_seconds": time.perf_counter() - recorded}
 
 
+def validation_split(cfg, valid: tuple[list[str], list[str]]) -> tuple[list[str], list[str]]:
+    """The (sources, targets) `validate` reads: all of them, or the first
+    `eval.max_sentences`."""
+    sources, targets = valid
+    if cfg.eval.max_sentences:
+        return sources[: cfg.eval.max_sentences], targets[: cfg.eval.max_sentences]
+    return sources, targets
+
+
 def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
              valid: tuple[list[str], list[str]], step: int, log: MetricsLog,
              workdir: Path) -> dict[str, float | None]:
@@ -213,9 +222,7 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
     `eval.decode` off, the teacher-forced loss alone (no decoding, BLEU or maps; the event
     says decode "none" and has no bleu).
     Returns {"loss": label-smoothed loss per target token, "bleu": BLEU or None}."""
-    sources, targets = valid
-    if cfg.eval.max_sentences:
-        sources, targets = sources[: cfg.eval.max_sentences], targets[: cfg.eval.max_sentences]
+    sources, targets = validation_split(cfg, valid)
     totals = {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0.0}
     for batch, _ in eval_batches(tokenizer.encode_source(sources), tokenizer.encode_target(targets),
                                  batch_size=cfg.eval.batch_size, bucket_step=cfg.data.bucket_step):

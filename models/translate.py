@@ -30,7 +30,7 @@ import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
-from data.batching import eval_batches, length_groups, restore_order
+from data.batching import eval_batches, length_groups, make_batch, restore_order
 from data.tokenizer import EOS_ID, PAD_ID
 from models.beam_search import beam_search
 from models.contributions import contributions as contributions_of
@@ -68,6 +68,22 @@ def translate_split(graphdef, state, src, *, beam_size: int = 1, length_penalty:
         jnp.asarray(length_penalty, jnp.float32), head_mask, beam_size=int(beam_size),
         max_length=max_length, return_weights=bool(return_weights),
     )
+
+
+def compile_translate(graphdef, state, src_shape: tuple[int, int], max_length: int, *,
+                      beam_size: int, return_weights: bool = False) -> None:
+    """Compiles, without running it, the program `translate_split` runs on an int32 src of
+    `src_shape` [B, S] with this `max_length`: a later call of the same shapes finds it
+    compiled (jit's in-process cache, and the persistent one where it is on).
+
+    graphdef, state: `nnx.split` of the model; state's leaves may be arrays or
+    `jax.ShapeDtypeStruct`s (with the arrays' shardings, as the call will pass them).
+    """
+    _translate_jit.lower(
+        graphdef, state, jax.ShapeDtypeStruct(tuple(src_shape), jnp.int32),
+        jax.ShapeDtypeStruct((), jnp.float32), None, beam_size=int(beam_size),
+        max_length=int(max_length), return_weights=bool(return_weights),
+    ).compile()
 
 
 def translate(model, src, *, beam_size: int = 1, length_penalty: float = 0.6,
@@ -122,6 +138,17 @@ def translate_ids(
     return restore_order(outputs, orders, len(source_ids))
 
 
+def decode_shapes(source_ids: Sequence[Sequence[int]], *, batch_size: int = 64,
+                  bucket_step: int = 8) -> list[tuple[tuple[int, int], int]]:
+    """The distinct (src shape [B, S], max_length) `translate_ids` decodes these sentences
+    in, with the same `batch_size` and `bucket_step`: one compiled program each (per beam
+    size), in the order it first meets them."""
+    shapes = {}
+    for batch, _ in eval_batches(source_ids, batch_size=batch_size, bucket_step=bucket_step):
+        shapes[(batch["src"].shape, _static_max_length(batch["src"], None))] = None
+    return list(shapes)
+
+
 # Most weight-buffer cells (B * K * T * (T + S), per decoder layer and head) one batch of
 # `record_maps_grouped` decodes: 2**22 is ~270 MB of float32 for 4 layers x 4 heads. A
 # single sentence over it still gets a batch of its own.
@@ -153,23 +180,19 @@ def record_maps(model, tokenizer, source_ids, target_ids=None, *, beam_size=1,
     Returns `attention.mapfile.AttentionMaps`.
     """
     from attention.mapfile import maps_from_arrays
-    from data.batching import make_batch
 
-    rows = list(range(len(source_ids)))
+    batch = _maps_batch(source_ids, target_ids)
+    graphdef, state = nnx.split(model)
     if target_ids is not None:
-        batch = make_batch(source_ids, target_ids, rows, len(rows),
-                           max(len(s) for s in source_ids), max(len(t) for t in target_ids) + 1)
-        graphdef, state = nnx.split(model)
         weights = _teacher_forced_weights(graphdef, state, batch["src"], batch["tgt_in"])
         hyps, decode = [list(t) for t in target_ids], "teacher_forced"
     else:
-        batch = make_batch(source_ids, None, rows, len(rows), max(len(s) for s in source_ids), 0)
-        graphdef, state = nnx.split(model)
         result = translate_split(graphdef, state, batch["src"], beam_size=beam_size,
                                  length_penalty=length_penalty, return_weights=True)
         hyps, weights = to_token_lists(result), result.weights
         decode = "greedy" if beam_size == 1 else "beam"
         if contributions:
+            rows = list(range(len(source_ids)))
             batch = make_batch(source_ids, hyps, rows, len(rows), batch["src"].shape[1],
                                max(len(h) for h in hyps) + 1)
     measured = None
@@ -182,6 +205,30 @@ def record_maps(model, tokenizer, source_ids, target_ids=None, *, beam_size=1,
     rows = weights["cross"].shape[-2]
     tgt_pieces = [["<s>", *tokenizer.target_pieces(h)][:rows] for h in hyps]
     return maps_from_arrays(weights, src_pieces, tgt_pieces, step, decode, measured)
+
+
+def _maps_batch(source_ids, target_ids=None) -> dict:
+    """`record_maps`' one batch of its few sentences: unbucketed, as long as the longest."""
+    rows = list(range(len(source_ids)))
+    tgt_len = max(len(t) for t in target_ids) + 1 if target_ids is not None else 0
+    return make_batch(source_ids, target_ids, rows, len(rows),
+                      max(len(s) for s in source_ids), tgt_len)
+
+
+def compile_record_maps(graphdef, state, source_ids, target_ids=None, *,
+                        beam_size: int = 1) -> None:
+    """Compiles, without running it, the program `record_maps` runs for these sentences
+    (teacher-forced with `target_ids`, else decoded); graphdef and state as in
+    `compile_translate`. Not the contributions' pass."""
+    batch = _maps_batch(source_ids, target_ids)
+    if target_ids is not None:
+        _teacher_forced_weights.lower(
+            graphdef, state, jax.ShapeDtypeStruct(batch["src"].shape, batch["src"].dtype),
+            jax.ShapeDtypeStruct(batch["tgt_in"].shape, batch["tgt_in"].dtype)).compile()
+    else:
+        compile_translate(graphdef, state, batch["src"].shape,
+                          _static_max_length(batch["src"], None), beam_size=beam_size,
+                          return_weights=True)
 
 
 def map_groups(source_ids: Sequence[Sequence[int]], *, beam_size: int, batch_size: int,

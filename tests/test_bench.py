@@ -108,6 +108,20 @@ def test_flop_formula_counts_attention_and_dense_terms():
 
 
 @pytest.mark.slow
+def test_validation_ahead_smoke(tmp_path):
+    out = tmp_path / "ahead.json"
+    result = run_script("bench/validation_ahead.py", "--config", "configs/smoke.py",
+                        "--steps", "6", "--eval_at", "3", "--json", str(out), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert [run["precompile"] for run in data["runs"]] == [False, True]
+    for arm in ("off", "on"):
+        assert data["arms"][arm]["first_validation_s"] > 0 and data["arms"][arm]["wall_s"] > 0
+        assert data["arms"][arm]["compile_seconds"] > 0
+    assert "first_validation_s" in result.stdout
+
+
+@pytest.mark.slow
 def test_compile_profile_smoke(tmp_path):
     out = tmp_path / "compile.json"
     result = run_script(
