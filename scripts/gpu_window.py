@@ -96,6 +96,14 @@ def steady_ms_per_step(workdir: Path, after: int = 100) -> float | None:
     return 1000 * seconds / steps if steps else None
 
 
+def validation_seconds(log: list[dict]) -> dict[str, float]:
+    """{step: seconds its validation held training up}: its valid event less the train
+    event of the same step, written just before it (steps with both)."""
+    train = {e["step"]: e["time"] for e in log if e["split"] == "train"}
+    return {str(e["step"]): round(e["time"] - train[e["step"]], 2)
+            for e in log if e["split"] == "valid" and e["step"] in train}
+
+
 def overlap_ms_per_step(workdirs: list[Path], after: int = 100) -> list[float | None]:
     """Each run's ms per step while all of them were stepping (past step `after`): between
     its first and last train log inside the span they share (runs side by side start
@@ -149,6 +157,7 @@ def phase_recipe(args, left) -> dict:
         "compile_seconds": last_compile_seconds(work / "run"),
         "ms_per_step_steady": ms,
         "valid_bleu": {str(e["step"]): e.get("bleu") for e in log if e["split"] == "valid"},
+        "validation_s": validation_seconds(log),
         "launch_to_last_step_s": round(wall, 1) if last >= target else (
             round(wall + (target - last) * ms / 1000, 1) if ms else None),
         "projected": last < target}

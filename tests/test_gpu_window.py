@@ -35,6 +35,7 @@ def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
     assert (run["exit_code"], run["last_step"], run["projected"]) == (0, 40, False)
     assert run["launch_to_last_step_s"] == run["launch_to_exit_s"] > 0
     assert run["ms_per_step_steady"] > 0 and "40" in run["valid_bleu"]
+    assert set(run["validation_s"]) == {"20", "40"} and min(run["validation_s"].values()) > 0
 
     seeds = json.loads((results / "gpu_seeds_together.json").read_text())
     assert seeds["overrides"] == ["--config.data.pack_length=64"]
@@ -74,6 +75,12 @@ def test_side_by_side_runs_are_timed_over_the_span_they_share(tmp_path):
     assert gpu_window.overlap_ms_per_step([tmp_path / "a", tmp_path / "b"]) == [
         pytest.approx(20.0), pytest.approx(20.0)]
     assert gpu_window.overlap_ms_per_step([tmp_path / "a", tmp_path / "none"]) == [None, None]
+
+
+def test_a_validation_is_timed_from_the_train_event_of_its_step():
+    log = [{"split": "train", "step": 100, "time": 10.0}, {"split": "valid", "step": 100, "time": 13.5},
+           {"split": "train", "step": 200, "time": 20.0}, {"split": "valid", "step": 250, "time": 30.0}]
+    assert gpu_window.validation_seconds(log) == {"100": 3.5}  # 250 has no train event
 
 
 def test_the_sweep_runs_side_by_side_only_where_the_window_measured_it_pays():
