@@ -13,7 +13,9 @@ PLAN = REPO / "scripts" / "plans" / "anchors.toml"
 
 def runs():
     plan = tomllib.loads(PLAN.read_text())
-    return [pytest.param(plan["directions"][d], v["overrides"], id=f"{v['name']}-{d}")
+    common = plan.get("overrides", {})  # for every run; a variant's own win
+    return [pytest.param(plan["directions"][d], {**common, **v["overrides"]},
+                         id=f"{v['name']}-{d}")
             for v in plan["variants"] for d in v["directions"]]
 
 
