@@ -1,6 +1,8 @@
 """Jitted decoding: one batch (`translate`, `translate_split`) or a whole corpus
 (`translate_ids`), and the attention maps of a few sentences (`record_maps`, or
 `record_maps_grouped` for any number of them, in batches of similar length).
+`decode_shapes`, `compile_translate` and `compile_record_maps` compile those programs
+without running them (validation's, ahead of time: evaluation/precompile.py).
 
 The search algorithms themselves are in models/search.py and models/beam_search.py;
 this module compiles them.
