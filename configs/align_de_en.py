@@ -102,6 +102,9 @@ def get_config(direction: str = "de-en") -> ml_collections.ConfigDict:
     config.data.spm_normalization = "nmt_nfkc_cf"  # lowercase, as statistical aligners train
     config.data.spm_model_type = "unigram"
     config.data.bucket_step = 8  # the finer buckets: less padding, which costs on a CPU
+    # Padded buckets, one pair a row: the jumps and the teacher's links are per pair.
+    config.data.pack_length = 0
+    config.train.batch_tokens = 4096
     config.model.dropout = 0.2
     # The posterior aligner (alignment/head.py, configs/alignment_group.py) ...
     config.alignment = alignment = alignment_group.get_group()

@@ -8,7 +8,7 @@ scripts/gpu_window.sh, which prepares the machine first):
      measured run is a fresh machine's first launch). A measured run cut by the deadline
      is projected to its last step at its steady ms/step.
   2. seeds: one seed, then `--seeds N --together` (default 8), both for `--seed_steps`
-     on one packed batch shape (`--seeds_override`, default the plan's `packed` variant:
+     on one packed batch shape (`--seeds_override`, default the recipe's own packing:
      with padded buckets the seeds' batches differ in shape at a step, and each (shape,
      group of seeds) is a program to compile; bench/README.md, "A lent H200 window"):
      ms per step of each between two train logs after warm-up (no validation between);
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed_steps", type=int, default=600)
     parser.add_argument("--seeds_override", action="append", default=None,
                         help="a --config.KEY=VALUE flag of the seeds phase's runs (repeatable) "
-                             "[the plan's `packed` variant: pack_length 64, batch_tokens 2944]")
+                             "[the recipe's packing: pack_length 64, batch_tokens 2944]")
     parser.add_argument("--log_every", type=int, default=100)
     parser.add_argument("--results", type=Path,
                         default=Path(os.environ.get("OUT", "/tmp/out")) / "results" / "bench")

@@ -137,15 +137,15 @@ def test_a_later_calls_sweep_skips_what_an_earlier_call_did(tmp_path):
 
 
 def test_the_sweep_runs_the_variants_named(tmp_path):
-    """--sweep_only reaches sweep.py as --only (e.g. the plan's `packed` variant alone);
+    """--sweep_only reaches sweep.py as --only (e.g. the plan's `recipe` variant alone);
     without it every variant runs, in the seconds the window has left."""
     import argparse
 
     args = argparse.Namespace(plan="scripts/plans/anchors.toml", sweep_runs=tmp_path / "r",
-                              sweep_out=tmp_path / "o", sweep_only="packed", sweep_pack=False,
+                              sweep_out=tmp_path / "o", sweep_only="recipe", sweep_pack=False,
                               sweep_earlier=tmp_path / "missing")
     argv = gpu_window.sweep_argv(args, 300, 1)
-    assert argv[argv.index("--only") + 1] == "packed"
+    assert argv[argv.index("--only") + 1] == "recipe"
     assert argv[argv.index("--deadline_minutes") + 1] == "5.00"
     assert "--earlier" not in argv  # no earlier results here
     args.sweep_only = ""
