@@ -71,7 +71,7 @@ from data.sampling import SampledEpochs
 from data.streaming import training_source
 from data.tokenizer import tokenizer_fingerprint
 from evaluation.corpus import validate
-from evaluation.precompile import compile_validation_ahead
+from evaluation.precompile import ValidationPrograms, compile_validation_ahead
 from evaluation.seeds import seed_workdir, seed_workdirs
 from training import checkpoint as ckpt
 from training.compilation import CompileTimer, enable_compilation_cache
@@ -203,7 +203,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     eval_step = (slot.make_eval_step if slot else make_eval_step)(graphdef, cfg.train.label_smoothing)
     # Validation's programs compile on background threads meanwhile (a dozen of them).
     ahead = (compile_validation_ahead(cfg, graphdef, state["params"], eval_step, tokenizer, valid)
-             if cfg.eval.precompile else None)
+             if cfg.eval.precompile else ValidationPrograms({}))
     stop = slot.stop if slot else StopRequest()
     batches = prefetch(device_batches(batcher.iterate(loop.epoch, loop.batch_index), mesh))
     budget = f" (stops after {cfg.train.max_minutes:g} min)" if cfg.train.max_minutes else ""
@@ -218,8 +218,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
 
     def validation(tick: Tick) -> None:
         check_finite(tick.state, manager)
-        if ahead is not None:
-            ahead.wait()
+        ahead.wait()
         figures = tick.valid = validate(cfg, graphdef, tick.state["params"], eval_step,
                                         tokenizer, valid, tick.step, log, workdir)
         metric = cfg.train.patience_metric
@@ -270,8 +269,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
                     progress.write(f"{tag}stopping at step {step}: {why}")
                 break
     finally:
-        if ahead is not None:
-            ahead.cancel()
+        ahead.cancel()
         batches.close()  # stops the input thread, which places batches with JAX
         stop.restore()
         manager.wait_until_finished()

@@ -10,8 +10,8 @@ step `--eval_at` and at the end as the config validates (beam, length penalty, s
 logging every `--eval_at` steps and saving only at the end. Per run:
 
   * `wall_s`: launch to exit;
-  * `first_validation_s`: the metrics.jsonl valid event of step `--eval_at` less the
-    train event of the same step (written just before it): how long the first validation
+  * `first_validation_s`: `validation_seconds` of step `--eval_at` (its metrics.jsonl
+    valid event less the train event of the same step): how long the first validation
     held training up, its compiling included unless it was done ahead;
   * `compile_seconds`: the run's XLA compiling, from its last train event (the union of
     the spans, background threads' included).
@@ -76,17 +76,25 @@ def _train(argv: list[str], cache: Path, name: str) -> float:
     return time.perf_counter() - start
 
 
+def validation_seconds(events: list[dict]) -> dict[str, float]:
+    """{step: seconds its validation held training up}, from metrics.jsonl's events: its
+    valid event less the train event of the same step, written just before it (steps
+    with both)."""
+    train = {e["step"]: e["time"] for e in events if e["split"] == "train"}
+    return {str(e["step"]): round(e["time"] - train[e["step"]], 2)
+            for e in events if e["split"] == "valid" and e["step"] in train}
+
+
 def one_run(args: argparse.Namespace, scratch: Path, name: str, precompile: bool) -> dict:
     """Trains one cold run; returns its figures (module docstring)."""
     workdir = scratch / name
     wall = _train(train_argv(args, workdir, args.steps, precompile), scratch / f"{name}-xla", name)
     events = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-    at = {(e["step"], e["split"]): e for e in events}
+    valid = next(e for e in events if e["split"] == "valid" and e["step"] == args.eval_at)
     last_train = max((e for e in events if e["split"] == "train"), key=lambda e: e["step"])
     return {"precompile": precompile, "wall_s": round(wall, 2),
-            "first_validation_s": round(at[(args.eval_at, "valid")]["time"]
-                                        - at[(args.eval_at, "train")]["time"], 2),
-            "valid_bleu": at[(args.eval_at, "valid")].get("bleu"),
+            "first_validation_s": validation_seconds(events)[str(args.eval_at)],
+            "valid_bleu": valid.get("bleu"),
             "compile_seconds": round(last_train["compile_seconds"], 2)}
 
 

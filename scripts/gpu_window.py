@@ -59,7 +59,10 @@ REPO = Path(__file__).resolve().parents[1]
 # Each phase, and the seconds it needs left before the deadline to start.
 PHASES = {"recipe": 0, "seeds": 60, "profile": 90, "peer": 120, "sweep": 150}
 sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO))
 from sweep import run_process, write_json  # noqa: E402
+
+from bench.validation_ahead import validation_seconds  # noqa: E402  (standard library only)
 
 
 def device_name() -> str:
@@ -94,14 +97,6 @@ def steady_ms_per_step(workdir: Path, after: int = 100) -> float | None:
             seconds += b["time"] - a["time"]
             steps += b["step"] - a["step"]
     return 1000 * seconds / steps if steps else None
-
-
-def validation_seconds(log: list[dict]) -> dict[str, float]:
-    """{step: seconds its validation held training up}: its valid event less the train
-    event of the same step, written just before it (steps with both)."""
-    train = {e["step"]: e["time"] for e in log if e["split"] == "train"}
-    return {str(e["step"]): round(e["time"] - train[e["step"]], 2)
-            for e in log if e["split"] == "valid" and e["step"] in train}
 
 
 def overlap_ms_per_step(workdirs: list[Path], after: int = 100) -> list[float | None]:
