@@ -58,7 +58,7 @@ from tqdm import tqdm
 from common import cli
 from common.errors import UserError
 from common.files import remove_stale_temp_files
-from common.workdir_lock import WorkdirLock
+from common.workdir_lock import WorkdirLock, check_not_training
 from configs import resolved
 from configs.resolved import CONFIG_JSON, load_config_json, write_config_json
 from configs.resume import check_resume_config
@@ -99,6 +99,8 @@ from training.schedules import learning_rate_schedule
 from training.step import create_train_state, make_eval_step, make_train_step
 from training.together import SeedSlot, train_together
 
+ONE_WRITER_HINT = "one run has one writer: wait for it to end, or give another --workdir"
+
 
 def train(cfg, workdir: str | Path, *, allow_config_change: tuple[str, ...] = (),
           hold: tuple[WorkdirLock, ...] = (), slot: SeedSlot | None = None) -> int:
@@ -126,7 +128,10 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     initialize_distributed()  # a multi-process launch (training/step.py)
 
     # 1. Every check runs before anything is written; checkpoints are read through a
-    # read-only manager until the restore has succeeded.
+    # read-only manager until the restore has succeeded. A training that holds the
+    # workdir is named first: it may delete the very checkpoint the checks would read.
+    if jax.process_index() == 0:
+        check_not_training(workdir, hint=ONE_WRITER_HINT)
     checkpoint_dir = workdir / "checkpoints"
     reader = ckpt.make_manager(checkpoint_dir, cfg.checkpoint.keep, read_only=True) \
         if checkpoint_dir.is_dir() else None
@@ -299,8 +304,7 @@ def hold_workdir(workdir: Path, checkpoint_dir: Path, latest: int | None,
         try:
             for lock in hold:
                 lock.acquire()  # let go by its owner
-            held.enter_context(WorkdirLock(workdir, purpose="training", hint=(
-                "one run has one writer: wait for it to end, or give another --workdir")))
+            held.enter_context(WorkdirLock(workdir, purpose="training", hint=ONE_WRITER_HINT))
             on_disk = [int(p.name) for p in checkpoint_dir.iterdir() if p.name.isdigit()] \
                 if checkpoint_dir.is_dir() else []
             if max(on_disk, default=None) != latest:

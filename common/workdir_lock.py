@@ -218,10 +218,11 @@ def evaluation_locks(workdirs: list[Path], purpose: str = "evaluation") -> conte
         return stack.pop_all()
 
 
-def check_not_training(folder: str | os.PathLike) -> None:
-    """UserError naming the holder when a process holds `folder` exclusively (a training),
-    creating and changing nothing: for a command to refuse before long work that it would
-    write into the folder afterwards (under `evaluation_locks`, which checks again)."""
+def check_not_training(folder: str | os.PathLike, hint: str = EVALUATION_HINT) -> None:
+    """UserError naming the holder (and giving `hint`) when a process holds `folder`
+    exclusively (a training), creating and changing nothing: for a command to refuse
+    before it reads what that training may be rewriting, or before long work that it
+    would write into the folder afterwards (under a lock of its own, which checks again)."""
     if fcntl is None:
         return
     try:
@@ -232,7 +233,7 @@ def check_not_training(folder: str | os.PathLike) -> None:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         raise UserError(f"{folder} is in use by {describe_holder(read_holder(folder))}; "
-                        f"{EVALUATION_HINT}") from None
+                        f"{hint}") from None
     except OSError:  # a file system without locks: evaluation_locks warns
         pass
     finally:

@@ -497,6 +497,19 @@ def test_a_run_being_trained_is_not_written_into_by_any_command(trained, command
     assert not (trained / ".lock").exists()
 
 
+def test_a_second_training_names_the_holder_before_reading_its_checkpoints(trained):
+    """A training that holds the workdir may delete (keep=N) or be writing the very
+    checkpoint a second start would read: the second start names the holder before it
+    reads any. Here the newest checkpoint is half deleted, as one caught mid-deletion is."""
+    shutil.rmtree(trained / "checkpoints" / "40" / "meta")
+    with WorkdirLock(trained, purpose="training"):
+        before = snapshot(trained)
+        result = train("--workdir", str(trained))
+        assert_one_line_error(result, 2, f"{trained} is in use by pid {os.getpid()}",
+                              "one run has one writer")
+        assert snapshot(trained) == before
+
+
 def test_evaluations_share_a_workdir(trained):
     """Another evaluation holding the workdir (shared) does not stop this one."""
     with WorkdirLock(trained, shared=True, purpose="evaluation"):
