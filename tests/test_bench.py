@@ -111,7 +111,8 @@ def test_flop_formula_counts_attention_and_dense_terms():
 def test_validation_ahead_smoke(tmp_path):
     out = tmp_path / "ahead.json"
     result = run_script("bench/validation_ahead.py", "--config", "configs/smoke.py",
-                        "--steps", "6", "--eval_at", "3", "--json", str(out), timeout=600)
+                        "--steps", "6", "--eval_at", "3", "--override", "eval.max_sentences=4",
+                        "--json", str(out), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
     assert [run["precompile"] for run in data["runs"]] == [False, True]
