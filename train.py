@@ -48,6 +48,7 @@ import copy
 import logging as std_logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -130,8 +131,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     # 1. Every check runs before anything is written; checkpoints are read through a
     # read-only manager until the restore has succeeded. A training that holds the
     # workdir is named first: it may delete the very checkpoint the checks would read.
-    if jax.process_index() == 0:
-        check_not_training(workdir, hint=ONE_WRITER_HINT)
+    on_process0(lambda: check_not_training(workdir, hint=ONE_WRITER_HINT), workdir)
     checkpoint_dir = workdir / "checkpoints"
     reader = ckpt.make_manager(checkpoint_dir, cfg.checkpoint.keep, read_only=True) \
         if checkpoint_dir.is_dir() else None
@@ -299,20 +299,30 @@ def hold_workdir(workdir: Path, checkpoint_dir: Path, latest: int | None,
     meanwhile (it ended between our checks and our lock) is refused too: the checks
     were of a workdir that is no longer there.
     """
+    def take() -> None:
+        for lock in hold:
+            lock.acquire()  # let go by its owner
+        held.enter_context(WorkdirLock(workdir, purpose="training", hint=ONE_WRITER_HINT))
+        on_disk = [int(p.name) for p in checkpoint_dir.iterdir() if p.name.isdigit()] \
+            if checkpoint_dir.is_dir() else []
+        if max(on_disk, default=None) != latest:
+            raise UserError(f"{workdir} changed while this command checked it (another "
+                            f"training saved step {max(on_disk)}); run the command again")
+
+    on_process0(take, workdir)
+
+
+def on_process0(check: Callable[[], None], workdir: Path) -> None:
+    """Runs `check` (a workdir check that may raise UserError) on process 0 alone, and
+    raises its UserError on every process, or on none: a process that stopped alone
+    would leave the others waiting in a collective."""
     refusal = ""
     if jax.process_index() == 0:
         try:
-            for lock in hold:
-                lock.acquire()  # let go by its owner
-            held.enter_context(WorkdirLock(workdir, purpose="training", hint=ONE_WRITER_HINT))
-            on_disk = [int(p.name) for p in checkpoint_dir.iterdir() if p.name.isdigit()] \
-                if checkpoint_dir.is_dir() else []
-            if max(on_disk, default=None) != latest:
-                raise UserError(f"{workdir} changed while this command checked it (another "
-                                f"training saved step {max(on_disk)}); run the command again")
+            check()
         except UserError as e:
             refusal = str(e)
-    if jax.process_count() > 1:  # every process stops, or none: a lone one would hang
+    if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
         refused = multihost_utils.broadcast_one_to_all(jax.numpy.int32(bool(refusal)))

@@ -225,16 +225,21 @@ def check_not_training(folder: str | os.PathLike, hint: str = EVALUATION_HINT) -
     would write into the folder afterwards (under a lock of its own, which checks again)."""
     if fcntl is None:
         return
-    try:
-        fd = os.open(lock_path(folder), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:  # no lock file: nobody holds the folder
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise UserError(f"{folder} is in use by {describe_holder(read_holder(folder))}; "
-                        f"{hint}") from None
-    except OSError:  # a file system without locks: evaluation_locks warns
-        pass
-    finally:
-        os.close(fd)
+    deadline = time.monotonic() + RETRY_SECONDS  # as WorkdirLock.acquire: a holder just
+    while True:  # leaving is not a writer, and one just arriving has its record written
+        try:
+            fd = os.open(lock_path(folder), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:  # no lock file: nobody holds the folder
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            holder = read_holder(folder)
+        except OSError:  # a file system without locks: evaluation_locks warns
+            return
+        finally:
+            os.close(fd)
+        if time.monotonic() > deadline:
+            raise UserError(f"{folder} is in use by {describe_holder(holder)}; {hint}")
+        time.sleep(0.05)
