@@ -73,6 +73,7 @@ from data.streaming import training_source
 from data.tokenizer import tokenizer_fingerprint
 from evaluation.corpus import validate
 from evaluation.precompile import ValidationPrograms, compile_validation_ahead
+from evaluation.previews import PreviewDrawer
 from evaluation.seeds import seed_workdir, seed_workdirs
 from training import checkpoint as ckpt
 from training.compilation import CompileTimer, enable_compilation_cache
@@ -197,6 +198,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
         manager.close()
         return 0
     log = MetricsLog(workdir, step)
+    previews = PreviewDrawer(log)  # validation's PNG previews, drawn while training goes on
     params_count = sum(x.size for x in jax.tree.leaves(state["params"]))
     print(f"attnmt: {len(src_ids)} training pairs ({dropped} too long, dropped), "
           f"{params_count / 1e6:.2f}M parameters, {jax.device_count()} device(s), "
@@ -225,7 +227,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
         check_finite(tick.state, manager)
         ahead.wait()
         figures = tick.valid = validate(cfg, graphdef, tick.state["params"], eval_step,
-                                        tokenizer, valid, tick.step, log, workdir)
+                                        tokenizer, valid, tick.step, log, workdir, previews)
         metric = cfg.train.patience_metric
         loop.record_validation(tick.step, figures["bleu"], figures["loss"], metric)
         said = f"valid BLEU {figures['bleu']:.2f}, " if figures["bleu"] is not None else ""
@@ -278,9 +280,11 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
         batches.close()  # stops the input thread, which places batches with JAX
         stop.restore()
         manager.wait_until_finished()
+        previews.close()
         progress.close()
         log.close()
         compile_timer.stop()
+    previews.raise_error()
     print(f"attnmt: {compile_timer.seconds:.1f} s of this session went to compiling "
           "(train, eval and decoding programs)", file=sys.stderr)
     if stop.signum:  # printed last, after the progress bar's final line

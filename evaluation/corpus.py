@@ -13,10 +13,11 @@ import numpy as np
 from flax import nnx
 from sacrebleu.metrics import BLEU, CHRF
 
-from attention.heatmaps import heatmap_image_array, preview_pngs, preview_skip_reason
+from attention.heatmaps import preview_pngs
 from attention.mapfile import save_maps
 from data.batching import eval_batches
 from data.protocol import RAW, protocol_of
+from evaluation.previews import PreviewDrawer
 from models.translate import record_maps, record_maps_grouped, translate_ids
 from training.compilation import CompileTimer
 from training.metrics_log import MetricsLog
@@ -216,9 +217,10 @@ def validation_split(cfg, valid: tuple[list[str], list[str]]) -> tuple[list[str]
 
 def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
              valid: tuple[list[str], list[str]], step: int, log: MetricsLog,
-             workdir: Path) -> dict[str, float | None]:
+             workdir: Path, previews: PreviewDrawer) -> dict[str, float | None]:
     """Validation loss, BLEU and chrF of the configured decoder, logged at `step`, and the
-    attention maps of the first `attention_maps.num_examples` sentences. With
+    attention maps of the first `attention_maps.num_examples` sentences (their PNG and
+    TensorBoard previews handed to `previews`, which may draw them later). With
     `eval.decode` off, the teacher-forced loss alone (no decoding, BLEU or maps; the event
     says decode "none" and has no bleu).
     Returns {"loss": label-smoothed loss per target token, "bleu": BLEU or None}."""
@@ -253,10 +255,5 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
                                contributions=cfg.attention_maps.get("contributions", False))
             stem = f"valid_step{step:07d}_{maps.decode}"
             save_maps(workdir / "attention" / f"{stem}.npz", maps)
-            preview_pngs(maps, workdir / "attention", stem)
-            for example in range(maps.num_examples):
-                if preview_skip_reason(maps, example):  # preview_pngs printed why
-                    continue
-                log.image(f"attention/{maps.decode}/example{example}",
-                          heatmap_image_array(maps, example), step)
+            previews.submit(maps, workdir / "attention", stem)
     return {"loss": losses["loss"], "bleu": scores["bleu"]}

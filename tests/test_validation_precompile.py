@@ -9,6 +9,7 @@ from data.corpora import load_corpus
 from data.tokenizer import Tokenizer
 from evaluation.corpus import validate
 from evaluation.precompile import compile_validation_ahead
+from evaluation.previews import PreviewDrawer
 from training.compilation import CompileTimer
 from training.distributed import make_mesh, shard_batch
 from training.metrics_log import MetricsLog
@@ -47,8 +48,9 @@ def test_validation_after_compiling_ahead_compiles_nothing(smoke_workdir, tmp_pa
     ahead.wait()
     assert ahead.failed == []
     with CompileTimer() as compiled:
+        log = MetricsLog(tmp_path, 0)
         figures = validate(cfg, graphdef, state["params"], eval_step, tokenizer, valid, 20,
-                           MetricsLog(tmp_path, 0), tmp_path)
+                           log, tmp_path, PreviewDrawer(log, background=False))
     assert compiled.spans == []  # no tracing, lowering or XLA compiling
     assert figures["bleu"] is not None and figures["loss"] > 0
 
@@ -62,8 +64,9 @@ def test_validation_without_compiling_ahead_compiles(smoke_workdir, tmp_path):
     cfg, tokenizer, graphdef, state, eval_step = _setup(smoke_workdir, 20, 1)
     valid = load_corpus(cfg.data, "valid")
     with CompileTimer() as compiled:
-        validate(cfg, graphdef, state["params"], eval_step, tokenizer, valid, 20,
-                 MetricsLog(tmp_path, 0), tmp_path)
+        log = MetricsLog(tmp_path, 0)
+        validate(cfg, graphdef, state["params"], eval_step, tokenizer, valid, 20, log, tmp_path,
+                 PreviewDrawer(log, background=False))
     assert compiled.spans
 
 
