@@ -10,7 +10,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from conftest import REPO, run_script
+from conftest import REPO, run_script, xla_flags
 
 SMOKE = ["--config", "configs/smoke.py", "--config.train.num_steps=6",
          "--config.eval.every_steps=0", "--config.eval.max_sentences=8",
@@ -38,7 +38,7 @@ def test_multiprocess_training_equals_one_process(tmp_path):
         assert worker.returncode == 0, err[-3000:]
         assert "2 device(s)" in err
     one = run_script("train.py", *SMOKE, "--workdir", str(tmp_path / "one"),
-                     env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+                     env=xla_flags("--xla_force_host_platform_device_count=2"))
     assert one.returncode == 0, one.stderr[-3000:]
 
     two_params = load_params(tmp_path / "two", "last")

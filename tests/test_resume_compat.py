@@ -19,7 +19,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from conftest import run_module, run_script
+from conftest import DEFAULT_XLA, run_module, run_script
 
 FIXTURE = Path(__file__).parent / "fixtures" / "workdir_cef8104"
 ALIGN_FIXTURE = Path(__file__).parent / "fixtures" / "workdir_align_b2d46ee"
@@ -45,7 +45,9 @@ def test_resume_of_a_workdir_written_before_the_restructure(tmp_path):
 
     workdir = tmp_path / "run"
     shutil.copytree(FIXTURE, workdir, ignore=shutil.ignore_patterns("params_step40.npz"))
-    result = run_script("train.py", "--config", "configs/smoke.py", "--workdir", str(workdir))
+    # Compiled as the fixture was (conftest.py): its parameters are compared to float rounding.
+    result = run_script("train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
+                        env=DEFAULT_XLA)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming from step 20" in result.stderr
 
@@ -60,7 +62,7 @@ def test_resume_of_an_alignment_run_written_before_the_plugin(tmp_path):
     workdir = tmp_path / "run"
     shutil.copytree(ALIGN_FIXTURE, workdir,
                     ignore=shutil.ignore_patterns("params_step40.npz", "data"))
-    result = run_script("train.py", *ALIGN_ARGS, "--workdir", str(workdir))
+    result = run_script("train.py", *ALIGN_ARGS, "--workdir", str(workdir), env=DEFAULT_XLA)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming from step 20" in result.stderr
     assert isinstance(load_params(workdir, "40").model, AlignmentTransformer)

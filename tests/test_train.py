@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from conftest import run_script
+from conftest import run_script, xla_flags
 
 
 def read_metrics(workdir):
@@ -149,7 +149,7 @@ def test_data_parallel_over_two_devices(tmp_path):
         "train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
         "--config.train.num_steps=20", "--config.attention_maps.enabled=False",
         "--config.data.pack_length=32",  # packed rows, split over the devices too
-        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+        env=xla_flags("--xla_force_host_platform_device_count=2"),
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "2 device(s)" in result.stderr
