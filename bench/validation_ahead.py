@@ -17,7 +17,7 @@ logging every `--eval_at` steps and saving only at the end. Per run:
     the spans, background threads' included).
 
 The medians of each arm and `first_validation_saved_s` (off less on) are reported; every
-run is kept in `runs`. The data cache is warmed by a first, untimed run (a few steps).
+run is kept in `runs`. The data cache is warmed by a first, untimed run (one step, no decoding).
 """
 
 from __future__ import annotations
@@ -102,8 +102,10 @@ def run(args: argparse.Namespace) -> dict:
     runs = []
     with tempfile.TemporaryDirectory(prefix="validation_ahead_") as tmp:
         scratch = Path(tmp)
-        # Untimed: fills the data cache (tokenizer, encoded corpus) every run then reads.
-        _train(train_argv(args, scratch / "warm", 2, False) + ["--config.eval.max_sentences=8"],
+        # Untimed: fills the data cache (tokenizer, encoded corpus) every run then reads;
+        # one step and a loss-only validation, so it compiles no decoding.
+        _train(train_argv(args, scratch / "warm", 1, False)
+               + ["--config.eval.decode=False", "--config.attention_maps.enabled=False"],
                scratch / "warm-xla", "warm-up")
         for i in range(args.repeat):
             for precompile in (False, True):

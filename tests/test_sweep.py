@@ -182,6 +182,11 @@ def test_a_student_plan_names_an_earlier_teacher_of_the_same_text(tmp_path):
             sweep_plan.load_plan(plan_file)
 
 
+# Two decoding batches (smoke: eval.batch_size 64); an untrained teacher decodes every line
+# to its length limit, so each pair costs.
+PAIRS = 100
+
+
 @pytest.mark.slow
 def test_a_student_trains_on_its_teachers_ensemble_translation(tmp_path):
     """Teacher (2 seeds) -> `evaluate.py --split train --ensemble` -> student, on a small
@@ -189,7 +194,7 @@ def test_a_student_trains_on_its_teachers_ensemble_translation(tmp_path):
     as read, and the student's data is exactly that text. With `--parallel 2` the student
     waits for its teacher."""
     sources, targets = corpora.read_split(smoke.get_config().data, "train")
-    sources, targets = sources[:300], targets[:300]
+    sources, targets = sources[:PAIRS], targets[:PAIRS]
     sources[3] = ""
     valid = corpora.read_split(smoke.get_config().data, "valid")
     for name, lines in {"train.de": sources, "train.en": targets,
@@ -207,12 +212,12 @@ def test_a_student_trains_on_its_teachers_ensemble_translation(tmp_path):
     label = "teacher.train.last.beam1.lp0.6.ens2"
     hyp = runs / "smoke" / "base" / "seed0" / "eval" / f"{label}.hyp.txt"
     assert teacher["file"] == str(hyp.resolve()) and teacher["exit_code"] == 0
-    assert teacher["num_sentences"] == 300 and teacher["bleu"] is not None
+    assert teacher["num_sentences"] == PAIRS and teacher["bleu"] is not None
     # The teacher translated as soon as it was done; its run.json records the text.
     assert records[0]["teaches"] == {k: v for k, v in teacher.items() if k != "file"}
     assert teacher["label"] == label and teacher["text"] == f"{label}.hyp.txt.gz"
     lines = hyp.read_text(encoding="utf-8").split("\n")[:-1]
-    assert len(lines) == 300 and lines[3] == ""  # the blank source's line is kept, empty
+    assert len(lines) == PAIRS and lines[3] == ""  # the blank source's line is kept, empty
     decoded = json.loads(hyp.with_name(hyp.name.replace(".hyp.txt", ".json")).read_text())
     assert decoded["split"] == "train" and len(decoded["ensemble"]) == 2
     assert decoded["decoding"]["length_penalty"] == 0.6
@@ -222,7 +227,7 @@ def test_a_student_trains_on_its_teachers_ensemble_translation(tmp_path):
         config = json.loads((runs / "smoke" / "kd" / f"seed{k}" / "config.json").read_text())
         assert config["data"]["distilled_targets"] == teacher["file"]
         got = corpora.load_corpus(ml_collections.ConfigDict(config["data"]), "train")
-        keep = [i for i in range(300) if sources[i] and lines[i]]
+        keep = [i for i in range(PAIRS) if sources[i] and lines[i]]
         assert got == ([sources[i] for i in keep], [lines[i] for i in keep])
 
     # The student again (its record gone): the teacher's file is reused, not decoded again.
