@@ -59,8 +59,13 @@ def make_manager(directory: Path, keep: int, *, read_only: bool = False) -> ocp.
         create=not read_only, read_only=read_only,
         cleanup_tmp_directories=not read_only,
     )
-    return ocp.CheckpointManager(Path(directory).absolute(), options=options,
-                                 item_names=("state", "meta"))
+    manager = ocp.CheckpointManager(Path(directory).absolute(), options=options,
+                                    item_names=("state", "meta"))
+    # Orbax deletes the leftovers on a background thread and waits for it only before its
+    # first save: a run that restores and stops without saving (nothing left to train, an
+    # export) could exit first and leave them. Wait here, so a created manager is clean.
+    getattr(manager, "_maybe_await_cleanup_tmp_directory", lambda: None)()
+    return manager
 
 
 def state_checksum(state) -> int:
