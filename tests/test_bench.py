@@ -183,3 +183,14 @@ def test_step_profile_trace_summary_counts_device_kernels(tmp_path):
     assert summary["device_span_ms_per_step"] == 0.06  # 100 to 220
     assert [k["name"] for k in summary["top_kernels"]] == ["fusion", "gemm"]
     assert summary["top_kernels"][0]["calls_per_step"] == 1.0
+
+
+def test_previews_smoke(tmp_path):
+    out = tmp_path / "previews.json"
+    result = run_script("bench/previews.py", "--examples", "1", "--source", "5", "--target",
+                        "4", "--repeat", "1", "--json", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["figures"] == 2  # the all-layer mean and the last layer of one example
+    for key in ("savefig_s", "inline_s", "background_held_s", "background_drain_s"):
+        assert data[key] > 0 and len(data["runs"][key]) == 1, key
