@@ -367,6 +367,19 @@ def test_half_written_checkpoint_is_ignored(trained):
     assert not fake.exists() and saved_steps(trained) == [20, 40]
 
 
+def test_a_created_manager_has_deleted_half_written_steps_a_read_only_one_leaves_them(tmp_path):
+    """Deleted before `make_manager` returns, not by a thread a short run can outlive."""
+    from training.checkpoint import make_manager
+
+    fake = tmp_path / "checkpoints" / f"7{TMP_MARK}"
+    (fake / "state").mkdir(parents=True)
+    make_manager(tmp_path / "checkpoints", keep=1, read_only=True).close()
+    assert fake.is_dir()
+    manager = make_manager(tmp_path / "checkpoints", keep=1)
+    assert not fake.exists()
+    manager.close()
+
+
 def test_no_pickle_anywhere():
     sources = [p for p in REPO.rglob("*.py")
                if not {".venv", "build", ".git"} & set(p.relative_to(REPO).parts)]
