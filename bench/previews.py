@@ -1,6 +1,6 @@
 """What validation's attention previews cost the training thread (evaluation/previews.py).
 
-    python -m bench.previews [--examples 4] [--source 22] [--target 20] [--layers 3]
+    python -m bench.previews [--examples 4] [--source 22] [--target 20] [--layers 4]
         [--heads 4] [--repeat 3] [--json OUT]
 
 One validation's maps of `--examples` sentences (random attention rows of the given
@@ -16,7 +16,7 @@ their previews drawn three ways, each `--repeat` times (the median is reported):
     (the drawing itself runs on the drawer's thread; `background_drain_s` is the wait for
     it at `close`).
 
-The defaults are the recipes' validation maps (4 examples, Transformer-tiny: 3 decoder
+The defaults are the recipes' validation maps (4 examples, Transformer-tiny: 4 decoder
 layers, 4 heads) at Multi30k's typical sentence lengths in subword tokens.
 """
 
@@ -41,7 +41,7 @@ from bench import finish  # noqa: E402
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for name, default in (("examples", 4), ("source", 22), ("target", 20), ("layers", 3),
+    for name, default in (("examples", 4), ("source", 22), ("target", 20), ("layers", 4),
                           ("heads", 4), ("repeat", 3)):
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--json", type=Path)
