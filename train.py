@@ -77,7 +77,12 @@ from evaluation.previews import PreviewDrawer
 from evaluation.seeds import seed_workdir, seed_workdirs
 from training import checkpoint as ckpt
 from training.compilation import CompileTimer, enable_compilation_cache
-from training.distributed import device_batches, initialize_distributed, make_mesh
+from training.distributed import (
+    device_batches,
+    initialize_distributed,
+    make_mesh,
+    use_cpu_devices,
+)
 from training.hooks import (
     BudgetClock,
     Hook,
@@ -126,6 +131,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     """`train`; the workdir's lock goes into `held` once every check has passed."""
     validate_config(cfg)
     plugins = active_plugins(cfg)  # word alignment, say (training/plugins.py); checks them
+    use_cpu_devices(cfg.train.cpu_devices)  # before anything starts JAX's backends
     enable_compilation_cache()
     initialize_distributed()  # a multi-process launch (training/step.py)
 

@@ -2,9 +2,9 @@
 
     python bench/train_throughput.py --size tiny|base [--steps 20] [--warmup 3]
         [--batch_tokens 4096] [--synthetic] [--vocab_size 8000] [--dtype float32]
-        [--rdrop_alpha A] [--pack_length L] [--json OUT]
+        [--rdrop_alpha A] [--pack_length L] [--cpu_devices N] [--json OUT]
     python bench/train_throughput.py --config configs/multi30k_de_en.py [--pack_length L]
-        [--all_shapes] [--json OUT]
+        [--all_shapes] [--cpu_devices N] [--json OUT]
 
 The model, optimizer and step are set up as train.py sets them up, by `training.step`
 (`create_train_state` on `make_mesh()`, `make_train_step`): the same jitted full step
@@ -260,6 +260,7 @@ def make_config(args: argparse.Namespace):
         # The benchmark's own batch, as every recorded figure was measured: padded length
         # buckets of 4,096 tokens (the CPU recipe itself packs since), unless flags say.
         cfg.data.pack_length, cfg.train.batch_tokens = 0, 4096
+        cfg.train.cpu_devices = 0  # and on JAX's one CPU device
     for key, value in SIZES[args.size].items() if args.size else ():
         cfg.model[key] = value
     for key in ("d_model", "num_heads", "d_ff"):
@@ -278,6 +279,8 @@ def make_config(args: argparse.Namespace):
     if args.pack_length is not None:
         cfg.data.pack_length = args.pack_length
     cfg.train.rdrop_alpha = args.rdrop_alpha
+    if args.cpu_devices is not None:
+        cfg.train.cpu_devices = args.cpu_devices
     return cfg
 
 
@@ -293,10 +296,11 @@ def run(args: argparse.Namespace) -> dict:
     from common.errors import UserError
     from data.batching import padding_fraction
     from training.compilation import CompileTimer
-    from training.distributed import make_mesh, shard_batch
+    from training.distributed import make_mesh, shard_batch, use_cpu_devices
     from training.step import create_train_state, make_train_step
 
     cfg = make_config(args)
+    use_cpu_devices(cfg.train.cpu_devices)  # as train.py: before JAX starts
     mesh = make_mesh()
     total = args.warmup + args.steps
     batch_tokens, pack_length = cfg.train.batch_tokens, cfg.data.pack_length
@@ -497,8 +501,13 @@ def parse_args(argv: list[str] | None = None, description: str | None = None) ->
     parser.add_argument("--rdrop_alpha", type=float, default=0.0,
                         help="train.rdrop_alpha (R-Drop: two passes per batch; the FLOP count "
                         "and MFU still count one) [0]")
+    parser.add_argument("--cpu_devices", type=int, default=None,
+                        help="train.cpu_devices: the host CPU as N JAX devices, each batch "
+                        "split over them [the --config's; 0 without --config]")
     parser.add_argument("--json", type=Path, help="write the result as JSON here")
     args = parser.parse_args(argv)
+    if args.cpu_devices is not None and args.cpu_devices < 0:
+        parser.error("--cpu_devices must be >= 0")
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be >= 1 and --warmup >= 0")
     if args.config is None:

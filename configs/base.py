@@ -134,6 +134,9 @@ def get_config() -> ml_collections.ConfigDict:
     # fairseq's default, which the Multi30k anchors stop on with patience 10).
     train.patience_metric = "bleu"
     train.max_minutes = 0.0  # stop after this much training time (0 = off)
+    # N > 0: the host CPU as N JAX devices, each batch split over them (data parallel, the
+    # same update); 0 = JAX's single CPU device. No effect on accelerators' devices.
+    train.cpu_devices = 0
 
     config.eval = eval_ = ml_collections.ConfigDict()
     eval_.every_steps = 1000

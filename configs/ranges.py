@@ -173,6 +173,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     "train.patience_metric": Choice(PATIENCE_METRICS),
     "train.max_minutes": at_least(0, "0 = no time budget; a negative one is spent before "
                                      "the first step"),
+    "train.cpu_devices": at_least(0, "0 = JAX's single CPU device"),
     # eval (validation during training)
     "eval.every_steps": at_least(0, STEPS_OR_OFF),
     "eval.beam_size": at_least(1, "1 = greedy"),

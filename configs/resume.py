@@ -26,7 +26,7 @@ from common.errors import UserError
 from configs import base
 
 SAFE_ON_RESUME = ("data.cache_dir", "train.num_steps", "train.log_every_steps", "train.patience",
-                  "train.max_minutes", "eval.", "checkpoint.",
+                  "train.max_minutes", "train.cpu_devices", "eval.", "checkpoint.",
                   "attention_maps.")
 LOCKED_ON_RESUME = ("data.", "model.")
 # Not data.pack_length: it decides which pairs make each batch of an epoch (data/packing.py),

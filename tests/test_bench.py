@@ -35,11 +35,12 @@ def test_train_throughput_smoke(tmp_path):
         "bench/train_throughput.py", "--size", "tiny", "--synthetic", "--steps", "2",
         "--warmup", "1", "--batch_tokens", "512", "--vocab_size", "500", "--layers", "1",
         "--d_model", "32", "--d_ff", "64", "--num_heads", "2", "--peak_sizes", "64",
-        "--peak_repeats", "1", "--json", str(out), timeout=300)
+        "--peak_repeats", "1", "--cpu_devices", "2", "--json", str(out), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data.keys() >= TRAIN_KEYS
     assert data["size"] == "tiny" and data["synthetic"] is True and data["steps"] == 2
+    assert data["device_count"] == 2  # each batch split over two CPU devices
     assert data["compilations_after_warmup"] == 0
     assert data["nonfinite_step"] == -1
     assert 0.0 < data["padding_fraction"] < 1.0

@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from conftest import run_script, xla_flags
+from conftest import run_script
 
 
 def read_metrics(workdir):
@@ -141,21 +141,48 @@ def test_train_step_compiles_once_per_bucket_shape():
 
 
 @pytest.mark.slow
-def test_data_parallel_over_two_devices(tmp_path):
-    """The same train.py shards (packed) batches over every local device (two simulated CPU
-    devices)."""
-    workdir = tmp_path / "dp"
-    result = run_script(
-        "train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
-        "--config.train.num_steps=20", "--config.attention_maps.enabled=False",
-        "--config.data.pack_length=32",  # packed rows, split over the devices too
-        env=xla_flags("--xla_force_host_platform_device_count=2"),
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "2 device(s)" in result.stderr
-    train = [m for m in read_metrics(workdir) if m["split"] == "train"]
-    assert train[-1]["step"] == 20 and np.isfinite(train[-1]["loss"])
-    assert train[-1]["loss"] < train[0]["loss"]
+def test_two_cpu_devices_make_the_same_update_as_one(tmp_path):
+    """`train.cpu_devices=2` splits the host CPU into two JAX devices and shards each
+    (packed) batch over them: the run ends where the one-device run ends, to float
+    tolerance; a run started on one device resumes on two."""
+    args = ["--config", "configs/smoke.py", "--config.attention_maps.enabled=False",
+            "--config.eval.every_steps=0", "--config.data.pack_length=32"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    for workdir, devices in ((one, 0), (two, 2)):
+        result = run_script("train.py", *args, "--config.train.num_steps=6",
+                            f"--config.train.cpu_devices={devices}", "--workdir", str(workdir))
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert f"{max(devices, 1)} device(s)" in result.stderr
+    from evaluation.loading import load_params  # restores onto this process's one device
+
+    one_params, two_params = (flat(load_params(w, "last").params) for w in (one, two))
+    assert one_params.keys() == two_params.keys()
+    for key, value in one_params.items():
+        if "['key']['bias']" in key:
+            # A key bias adds the same q.b to every score of a row: softmax cancels it, its
+            # gradient is rounding noise, which Adam scales up to a step of the learning rate.
+            continue
+        np.testing.assert_allclose(two_params[key], value, rtol=0, atol=1e-5, err_msg=key)
+
+    resumed = run_script("train.py", *args, "--config.train.num_steps=8",
+                         "--config.train.cpu_devices=2", "--workdir", str(one))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "2 device(s), resuming from step 6" in resumed.stderr
+    assert max(m["step"] for m in read_metrics(one)) == 8
+
+
+def test_cpu_devices_once_jax_has_started_are_refused_in_one_line():
+    """In a process whose JAX backend already runs, another CPU device count is a
+    UserError naming the key (train.py sets it before JAX starts); 0 changes nothing."""
+    import jax
+
+    from common.errors import UserError
+    from training.distributed import use_cpu_devices
+
+    jax.devices()  # the backend starts
+    use_cpu_devices(0)
+    with pytest.raises(UserError, match=r"train.cpu_devices=7: JAX already runs with \d+ CPU"):
+        use_cpu_devices(7)
 
 
 def test_checkpoint_of_the_old_nnx_variable_layout_restores_into_plain_dicts(tmp_path):

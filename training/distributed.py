@@ -7,6 +7,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from common.errors import UserError
+
 
 def initialize_distributed() -> None:
     """Joins a multi-process run when one is launched, before any JAX computation.
@@ -26,6 +28,26 @@ def initialize_distributed() -> None:
         place = {"num_processes": int(os.environ["JAX_NUM_PROCESSES"]),
                  "process_id": int(os.environ["JAX_PROCESS_ID"])}
     jax.distributed.initialize(os.environ["JAX_COORDINATOR_ADDRESS"], **place)
+
+
+def use_cpu_devices(count: int) -> None:
+    """Split this host's CPU into `count` JAX devices (`train.cpu_devices`; 0 leaves JAX's
+    one), so that data parallelism steps `count` slices of each batch at once.
+
+    Why: XLA's CPU kernels for a model this small keep barely more than one core busy, so
+    a second core adds little to one device's step (bench/README.md, "Two CPU devices").
+    Accelerators are untouched: the count is the CPU backend's alone. It has to be set
+    before JAX starts its backends; afterwards only the count already in effect is
+    accepted (train.py --seeds trains its seeds in one process).
+    """
+    if count == 0:
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError as error:  # jax's "should be updated before backends are initialized"
+        raise UserError(f"train.cpu_devices={count}: JAX already runs with "
+                        f"{jax.local_device_count('cpu')} CPU device(s) in this process; "
+                        "set it in a fresh process (train.py does, before JAX starts)") from error
 
 
 def make_mesh() -> Mesh:
