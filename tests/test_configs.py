@@ -104,6 +104,7 @@ def test_experiment_specifics():
         "cosine_budget", 1.0, 2000)
     assert cpu.train.num_steps >= 100_000  # the budget, not a step cap, ends the cosine
     assert (cpu.data.pack_length, cpu.train.batch_tokens) == (64, 3328)  # one packed shape
+    assert cpu.train.cpu_devices == 2  # each batch split over the two cores
     # The alignment config: both directions, the gold pairs' own training files.
     for arg, (src, tgt) in (("", ("de", "en")), (":en-de", ("en", "de"))):
         align = parse(["prog", f"--config={ROOT / 'configs/align_de_en.py'}{arg}"])
