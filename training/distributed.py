@@ -34,8 +34,9 @@ def use_cpu_devices(count: int) -> None:
     """Split this host's CPU into `count` JAX devices (`train.cpu_devices`; 0 leaves JAX's
     one), so that data parallelism steps `count` slices of each batch at once.
 
-    Why: XLA's CPU kernels for a model this small keep barely more than one core busy, so
-    a second core adds little to one device's step (bench/README.md, "Two CPU devices").
+    Why: one device's kernels do not keep every core evenly busy on a model this small;
+    two devices with half a batch each stepped the CPU recipe about 6% faster on 2 cores
+    (bench/README.md, "Two CPU devices").
     Accelerators are untouched: the count is the CPU backend's alone. It has to be set
     before JAX starts its backends; afterwards only the count already in effect is
     accepted (train.py --seeds trains its seeds in one process).
