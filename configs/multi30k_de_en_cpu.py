@@ -31,8 +31,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.batch_tokens = 3328
     config.model.dropout = 0.2
     config.train.max_minutes = 60.0
-    # Two CPU devices, each batch split over them: about 6% faster steps on two cores than
-    # one device whose kernels share both (bench/README.md, "Two CPU devices").
+    # Two CPU devices, each batch split over them: faster steps on two cores than one
+    # device whose kernels share both (bench/README.md, "Two CPU devices").
     config.train.cpu_devices = 2
     # The clock ends the run, not a step count: the inherited 8,000 would stop a machine
     # faster than ~2.2 steps/s before the 60 minutes, with the cosine not yet decayed.

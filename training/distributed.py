@@ -35,8 +35,8 @@ def use_cpu_devices(count: int) -> None:
     one), so that data parallelism steps `count` slices of each batch at once.
 
     Why: one device's kernels do not keep every core evenly busy on a model this small;
-    two devices with half a batch each stepped the CPU recipe about 6% faster on 2 cores
-    (bench/README.md, "Two CPU devices").
+    two devices with half a batch each step the CPU recipe faster on 2 cores
+    (bench/README.md, "Two CPU devices", holds the figures).
     Accelerators are untouched: the count is the CPU backend's alone. It has to be set
     before JAX starts its backends; afterwards only the count already in effect is
     accepted (train.py --seeds trains its seeds in one process).
