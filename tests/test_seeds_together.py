@@ -178,10 +178,15 @@ def saved_steps(run) -> list[int]:
         if folder.is_dir() else []
 
 
-def restore(run, step: int) -> tuple[dict, dict]:
-    """(state, meta) of checkpoint `step` of `run`."""
+def restore(run, step: int, like: dict | None = None) -> tuple[dict, dict]:
+    """(state, meta) of checkpoint `step` of `run`; with `like`, a state of the same tree
+    restored onto this process's first device (a run saved on two devices included)."""
+    target = None if like is None else jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype,
+                                       sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0])),
+        like)
     state = ocp.StandardCheckpointer().restore((run / "checkpoints" / str(step) / "state")
-                                               .absolute())
+                                               .absolute(), target)
     meta = json.loads((run / "checkpoints" / str(step) / "meta" / "metadata").read_text())
     return state, meta
 
@@ -242,3 +247,30 @@ def test_together_ends_where_each_seed_alone_ends_and_resumes_after_a_kill(tmp_p
                                    rtol=1e-5)
         assert list((run / "attention").glob("*.npz"))
         assert json.loads((run / "config.json").read_text())["train"]["seed"] == seed
+
+
+@pytest.mark.slow
+def test_together_on_two_cpu_devices_ends_where_each_seed_alone_on_one_ends(tmp_path):
+    """`--seeds 2 --together` with `train.cpu_devices=2` (the CPU recipe's setting): each
+    seed's batches are split over the two devices inside the vmapped program, and each seed
+    still ends where it ends trained alone on one device."""
+    args = ("--config", "configs/smoke.py", "--config.train.num_steps=6",
+            "--config.eval.every_steps=0", "--config.checkpoint.every_steps=6",
+            "--config.train.log_every_steps=2", "--config.attention_maps.enabled=False", "--config.data.pack_length=32",
+            "--seeds", "2")
+    apart, together = tmp_path / "apart", tmp_path / "together"
+    result = run_script("train.py", *args, "--workdir", str(apart))
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_script("train.py", *args, "--together", "--config.train.cpu_devices=2",
+                        "--workdir", str(together))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 device(s)" in result.stderr
+    for seed in (0, 1):
+        want_state, want_meta = restore(apart / f"seed{seed}", 6)
+        state, meta = restore(together / f"seed{seed}", 6, like=want_state)
+        assert_states_close(state, want_state)
+        assert meta["batch_index"] == want_meta["batch_index"]
+        got, want = train_losses(together / f"seed{seed}"), train_losses(apart / f"seed{seed}")
+        assert [s for s, _ in got] == [s for s, _ in want] == [2, 4, 6]
+        np.testing.assert_allclose([loss for _, loss in got], [loss for _, loss in want],
+                                   rtol=1e-5)
