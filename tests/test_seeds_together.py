@@ -24,6 +24,7 @@ from conftest import REPO, run_script
 
 from configs import smoke
 from training import together as together_module
+from training.checkpoint import abstract_of
 from training.loop import StopRequest
 from training.step import create_train_state, make_eval_step, make_train_step
 from training.together import SeedGroup, _stack, batch_groups
@@ -179,12 +180,9 @@ def saved_steps(run) -> list[int]:
 
 
 def restore(run, step: int, like: dict | None = None) -> tuple[dict, dict]:
-    """(state, meta) of checkpoint `step` of `run`; with `like`, a state of the same tree
-    restored onto this process's first device (a run saved on two devices included)."""
-    target = None if like is None else jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype,
-                                       sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0])),
-        like)
+    """(state, meta) of checkpoint `step` of `run`; with `like`, into the shapes and
+    shardings of that state (a run saved on two devices restored onto one)."""
+    target = None if like is None else abstract_of(like)
     state = ocp.StandardCheckpointer().restore((run / "checkpoints" / str(step) / "state")
                                                .absolute(), target)
     meta = json.loads((run / "checkpoints" / str(step) / "meta" / "metadata").read_text())
@@ -256,8 +254,8 @@ def test_together_on_two_cpu_devices_ends_where_each_seed_alone_on_one_ends(tmp_
     still ends where it ends trained alone on one device."""
     args = ("--config", "configs/smoke.py", "--config.train.num_steps=6",
             "--config.eval.every_steps=0", "--config.checkpoint.every_steps=6",
-            "--config.train.log_every_steps=2", "--config.attention_maps.enabled=False", "--config.data.pack_length=32",
-            "--seeds", "2")
+            "--config.train.log_every_steps=2", "--config.attention_maps.enabled=False",
+            "--config.data.pack_length=32", "--seeds", "2")
     apart, together = tmp_path / "apart", tmp_path / "together"
     result = run_script("train.py", *args, "--workdir", str(apart))
     assert result.returncode == 0, result.stderr[-3000:]
