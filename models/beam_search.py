@@ -158,8 +158,10 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
         cand = (s.live_lp[:, :, None] + lp.reshape(batch, k, vocab)).reshape(batch, k * vocab)
         # >= k of the best 2k do not end in eos. (The barrier keeps XLA from folding the
         # slices below into the sort, which defeats its TopK rewrite: a full sort of
-        # k * V per step otherwise, ~100x slower on CPU.)
-        top_lp, top_idx = jax.lax.optimization_barrier(jax.lax.top_k(cand, 2 * k))
+        # k * V per step otherwise, ~100x slower on CPU. `t` rides along so the barrier's
+        # operand is a new tuple, not TopK's own: on two CPU devices XLA's TopK
+        # decomposer aborts the compiler on a barrier that consumes TopK directly.)
+        top_lp, top_idx, _ = jax.lax.optimization_barrier((*jax.lax.top_k(cand, 2 * k), t))
         top_tok, top_par = top_idx % vocab, top_idx // vocab
         is_eos = top_tok == EOS_ID
 

@@ -171,6 +171,21 @@ def test_two_cpu_devices_make_the_same_update_as_one(tmp_path):
     assert max(m["step"] for m in read_metrics(one)) == 8
 
 
+@pytest.mark.slow
+def test_beam_search_validation_runs_on_two_cpu_devices(tmp_path):
+    """Validation decodes with beam search on two CPU devices (XLA's TopK decomposer
+    once aborted compiling that program): the run ends and logs a validation BLEU."""
+    result = run_script("train.py", "--config", "configs/smoke.py",
+                        "--config.attention_maps.enabled=False", "--config.data.pack_length=32",
+                        "--config.train.num_steps=2", "--config.eval.every_steps=2",
+                        "--config.eval.beam_size=2", "--config.train.cpu_devices=2",
+                        "--workdir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "2 device(s)" in result.stderr
+    valid = [m for m in read_metrics(tmp_path) if m["split"] == "valid"]
+    assert [m["step"] for m in valid] == [2] and valid[0]["bleu"] is not None
+
+
 def test_cpu_devices_once_jax_has_started_are_refused_in_one_line():
     """In a process whose JAX backend already runs, another CPU device count is a
     UserError naming the key (train.py sets it before JAX starts); 0 changes nothing."""
