@@ -136,3 +136,31 @@ def test_checkpoint_hook_saves_sparse_then_the_last_saves_dense(monkeypatch):
     assert saved_steps((40, 3, 5)) == [20, 30, 35, 40]
     assert saved_steps((40, 3, 5), validated=(12,)) == [12, 20, 30, 35, 40]
     assert saved_steps((40, 3, 0)) == [20, 40]
+
+
+def test_train_log_reports_the_windows_gradient_norm_mean_and_max_and_token_weighted_loss():
+    """The log hook over three steps: loss is the window's sum over its tokens, and the
+    gradient norm is the window's mean and maximum, not the last step's value (2.0 here)."""
+    import types
+
+    import jax.numpy as jnp
+
+    from training import hooks
+
+    written = []
+    log = types.SimpleNamespace(write=lambda step, split, **values: written.append(values))
+    progress = types.SimpleNamespace(set_postfix=lambda **kw: None)
+    logger = hooks.MetricsLogger(log, lambda step: 0.5, types.SimpleNamespace(used=1.0), None,
+                                 progress, lambda: 0.0)
+    for loss_sum, tokens, grad_norm in ((6.0, 3, 1.0), (4.0, 1, 9.0), (2.0, 4, 2.0)):
+        logger.add({"loss_sum": jnp.float32(loss_sum), "tokens": jnp.float32(tokens),
+                    "grad_norm": jnp.float32(grad_norm)}, tokens, 0.0, epoch=1)
+    logger(hooks.Tick(3, {"nonfinite_step": jnp.int32(-1)}, False, types.SimpleNamespace(signum=0)))
+    (event,) = written
+    assert event["loss"] == pytest.approx(12.0 / 8)
+    assert event["grad_norm_mean"] == pytest.approx(4.0) and event["grad_norm_max"] == 9.0
+    assert "grad_norm" not in event and event["learning_rate"] == 0.5
+    logger.add({"loss_sum": jnp.float32(1.0), "tokens": jnp.float32(1), "grad_norm":
+                jnp.float32(0.5)}, 1, 0.0, epoch=1)  # the next window starts afresh
+    logger(hooks.Tick(4, {"nonfinite_step": jnp.int32(-1)}, False, types.SimpleNamespace(signum=0)))
+    assert written[1]["grad_norm_mean"] == 0.5 and written[1]["grad_norm_max"] == 0.5

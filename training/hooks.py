@@ -119,8 +119,17 @@ def check_finite(state: dict, manager) -> None:
 
 
 @functools.partial(jax.jit, donate_argnums=0)
-def _accumulate(total: dict, metrics: dict) -> dict:
-    return jax.tree.map(jnp.add, total, metrics)
+def _accumulate(total: dict | None, metrics: dict) -> dict:
+    """The window's running figures after one more step (None: the window's first): its
+    sums, and the gradient norm's sum and maximum (norms are >= 0, so a window starts
+    from zeros)."""
+    norm = metrics["grad_norm"]
+    step = {**{k: v for k, v in metrics.items() if k != "grad_norm"},
+            "grad_norm_total": norm, "grad_norm_max": norm}
+    if total is None:
+        total = jax.tree.map(jnp.zeros_like, step)
+    return {key: jnp.maximum(total[key], value) if key.endswith("_max") else total[key] + value
+            for key, value in step.items()}
 
 
 class MetricsLogger:
@@ -137,23 +146,23 @@ class MetricsLogger:
         self._reset()
 
     def _reset(self) -> None:
-        self.sums, self.grad_norm, self.start, self.tokens, self.wait = (None, None, time.time(),
-                                                                         0, 0.0)
+        self.sums, self.steps, self.start, self.tokens, self.wait = None, 0, time.time(), 0, 0.0
 
     def add(self, metrics: dict, tokens: int, input_wait: float, epoch: int) -> None:
         """One step's metrics (device scalars: sums over its tokens, and its grad_norm),
         its target tokens and the seconds the loop waited for its batch (the input
         pipeline fell behind)."""
-        step_sums = {k: v for k, v in metrics.items() if k != "grad_norm"}
-        self.sums = step_sums if self.sums is None else _accumulate(self.sums, step_sums)
-        self.grad_norm = metrics["grad_norm"]  # the last step's
+        # The gradient norm over the window: its mean and its largest (a spike between two
+        # logs is what one wants to see; the last step's value alone hides it).
+        self.sums = _accumulate(self.sums, metrics)
+        self.steps += 1
         self.tokens += tokens
         self.wait += input_wait
         self.epoch = epoch
 
     def __call__(self, tick: Tick) -> None:
         check_finite(tick.state, self.manager)
-        sums, grad_norm = jax.device_get((self.sums, self.grad_norm))
+        sums = jax.device_get(self.sums)
         tokens = max(float(sums["tokens"]), 1.0)
         loss = float(sums["loss_sum"]) / tokens
         window = max(time.time() - self.start, 1e-9)
@@ -162,7 +171,9 @@ class MetricsLogger:
                  if key.endswith("_sum") and key not in ("loss_sum", "nll_sum")}
         self.log.write(tick.step, "train", loss=loss, **extra,
                        learning_rate=float(self.schedule(tick.step - 1)) * self.clock.used,
-                       tokens_per_sec=self.tokens / window, grad_norm=float(grad_norm),
+                       tokens_per_sec=self.tokens / window,
+                       grad_norm_mean=float(sums["grad_norm_total"]) / max(self.steps, 1),
+                       grad_norm_max=float(sums["grad_norm_max"]),
                        epoch=self.epoch, compile_seconds=self.compile_seconds(),
                        input_wait_fraction=self.wait / window)
         self.progress.set_postfix(loss=f"{loss:.3f}", tok_s=f"{self.tokens / window:.0f}")
