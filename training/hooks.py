@@ -120,16 +120,15 @@ def check_finite(state: dict, manager) -> None:
 
 @functools.partial(jax.jit, donate_argnums=0)
 def _accumulate(total: dict | None, metrics: dict) -> dict:
-    """The window's running figures after one more step (None: the window's first): its
-    sums, and the gradient norm's sum and maximum (norms are >= 0, so a window starts
-    from zeros)."""
+    """The window's running figures after one more step (None: the window's first): the
+    step's sums added up, the gradient norm's sum ("grad_norm_total") and its maximum.
+    A window starts from zeros (norms are >= 0), so no output is an input passed through."""
     norm = metrics["grad_norm"]
-    step = {**{k: v for k, v in metrics.items() if k != "grad_norm"},
-            "grad_norm_total": norm, "grad_norm_max": norm}
+    sums = {k: v for k, v in metrics.items() if k != "grad_norm"} | {"grad_norm_total": norm}
     if total is None:
-        total = jax.tree.map(jnp.zeros_like, step)
-    return {key: jnp.maximum(total[key], value) if key.endswith("_max") else total[key] + value
-            for key, value in step.items()}
+        total = jax.tree.map(jnp.zeros_like, sums | {"grad_norm_max": norm})
+    return {k: total[k] + v for k, v in sums.items()} | {
+        "grad_norm_max": jnp.maximum(total["grad_norm_max"], norm)}
 
 
 class MetricsLogger:
@@ -172,7 +171,7 @@ class MetricsLogger:
         self.log.write(tick.step, "train", loss=loss, **extra,
                        learning_rate=float(self.schedule(tick.step - 1)) * self.clock.used,
                        tokens_per_sec=self.tokens / window,
-                       grad_norm_mean=float(sums["grad_norm_total"]) / max(self.steps, 1),
+                       grad_norm_mean=float(sums["grad_norm_total"]) / self.steps,
                        grad_norm_max=float(sums["grad_norm_max"]),
                        epoch=self.epoch, compile_seconds=self.compile_seconds(),
                        input_wait_fraction=self.wait / window)
