@@ -17,8 +17,8 @@ from configs import base, resolved, resume, smoke, validation
 from data.corpora import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENTS = ["multi30k_de_en", "multi30k_de_en_cpu", "multi30k_en_de", "multi30k_en_fr",
-               "tatoeba_de_en", "iwslt2017_de_en", "smoke", "align_de_en"]
+EXPERIMENTS = ["multi30k_de_en", "multi30k_de_en_cpu", "multi30k_de_en_cpu_kd", "multi30k_en_de",
+               "multi30k_en_fr", "tatoeba_de_en", "iwslt2017_de_en", "smoke", "align_de_en"]
 REQUIRED = ["data.dataset", "data.source_lang", "data.target_lang", "data.vocab_size",
             "data.max_length", "model.d_model", "model.num_heads", "model.num_encoder_layers",
             "model.num_decoder_layers", "model.d_ff", "model.dropout", "model.attention_dropout",
@@ -105,6 +105,12 @@ def test_experiment_specifics():
     assert cpu.train.num_steps >= 100_000  # the budget, not a step cap, ends the cosine
     assert (cpu.data.pack_length, cpu.train.batch_tokens) == (64, 3328)  # one packed shape
     assert cpu.train.cpu_devices == 2  # each batch split over the two cores
+    # Its distilled twin: the same recipe, only the targets are the vendored teacher's.
+    kd = parse(["prog", f"--config={ROOT / 'configs/multi30k_de_en_cpu_kd.py'}"])
+    differ = {key for key, value in resume.flatten_config(kd).items()
+              if resume.flatten_config(cpu)[key] != value}
+    assert differ == {"data.distilled_targets"} and kd.data.distilled_mix == "replace"
+    assert Path(kd.data.distilled_targets) == ROOT / "data/multi30k/distilled/train.de_en_cpu_ens3.en.gz"
     # The alignment config: both directions, the gold pairs' own training files.
     for arg, (src, tgt) in (("", ("de", "en")), (":en-de", ("en", "de"))):
         align = parse(["prog", f"--config={ROOT / 'configs/align_de_en.py'}{arg}"])

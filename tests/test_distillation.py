@@ -1,16 +1,22 @@
 """Sequence-level knowledge distillation as a data option (`data.distilled_targets`,
 `data.distilled_mix`): load_corpus and the streamed training split agree, the cache key
-follows the teacher's file, and a file that does not fit the split is refused."""
+follows the teacher's file, a file that does not fit the split is refused, and the vendored
+teacher text is the one its reading scored."""
 
 import gzip
+import json
+from pathlib import Path
 
 import pytest
+import sacrebleu
 from conftest import run_script
 
 from configs import base
 from data import corpora, streaming
 from data.corpora import DataError
 from evaluation.inputs import read_inputs
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def text_config(tmp_path, n=300, **overrides):
@@ -112,3 +118,19 @@ def test_the_teacher_reads_every_training_pair_as_read(tmp_path):
     got = corpora.load_corpus(config.data, "train")
     assert got == ([s for s in sources if s][:100], [f"h{i}" for i, s in enumerate(sources)
                                                     if s][:100])
+
+
+def test_the_shipped_teacher_text_is_the_one_its_reading_scored():
+    """configs/multi30k_de_en_cpu_kd.py trains on the vendored ensemble translation: one
+    line per training pair, scoring against the references what its recorded reading says
+    (a file swapped, cut or shifted by a line would not)."""
+    from configs import multi30k_de_en_cpu_kd
+    cfg = multi30k_de_en_cpu_kd.get_config().data
+    sources, teacher = corpora.load_corpus(cfg, "train")
+    raw_sources, references = corpora.load_corpus(base.get_config().data, "train")
+    assert sources == raw_sources and len(teacher) == 29_000
+    reading = json.loads((ROOT / "results/multi30k_de_en_cpu_readings/"
+                          "teacher_ens3_train.json").read_text(encoding="utf-8"))
+    bleu = sacrebleu.corpus_bleu(teacher, [references])
+    assert reading["num_sentences"] == 29_000
+    assert bleu.score == pytest.approx(reading["bleu"], abs=1e-6)
