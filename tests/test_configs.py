@@ -107,8 +107,8 @@ def test_experiment_specifics():
     assert cpu.train.cpu_devices == 2  # each batch split over the two cores
     # Its distilled twin: the same recipe, only the targets are the vendored teacher's.
     kd = parse(["prog", f"--config={ROOT / 'configs/multi30k_de_en_cpu_kd.py'}"])
-    differ = {key for key, value in resume.flatten_config(kd).items()
-              if resume.flatten_config(cpu)[key] != value}
+    recipe = resume.flatten_config(cpu)
+    differ = {key for key, value in resume.flatten_config(kd).items() if recipe[key] != value}
     assert differ == {"data.distilled_targets"} and kd.data.distilled_mix == "replace"
     assert Path(kd.data.distilled_targets) == ROOT / "data/multi30k/distilled/train.de_en_cpu_ens3.en.gz"
     # The alignment config: both directions, the gold pairs' own training files.

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-import sacrebleu
 from conftest import run_script
 
 from configs import base
 from data import corpora, streaming
 from data.corpora import DataError
+from evaluation.corpus import score
 from evaluation.inputs import read_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,6 +131,7 @@ def test_the_shipped_teacher_text_is_the_one_its_reading_scored():
     assert sources == raw_sources and len(teacher) == 29_000
     reading = json.loads((ROOT / "results/multi30k_de_en_cpu_readings/"
                           "teacher_ens3_train.json").read_text(encoding="utf-8"))
-    bleu = sacrebleu.corpus_bleu(teacher, [references])
+    scored = score(teacher, references)  # evaluate.py's own scoring
     assert reading["num_sentences"] == 29_000
-    assert bleu.score == pytest.approx(reading["bleu"], abs=1e-6)
+    assert scored["bleu"] == pytest.approx(reading["bleu"], abs=1e-6)
+    assert scored["chrf"] == pytest.approx(reading["chrf"], abs=1e-6)
