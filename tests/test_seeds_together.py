@@ -148,6 +148,32 @@ def test_a_seed_that_leaves_frees_the_others():
         stop.restore()
 
 
+@pytest.mark.parametrize("main_waits_in", ["wait_arrived", "join"])
+def test_a_signal_another_thread_receives_still_stops_every_seed(main_waits_in):
+    """The kernel may hand SIGINT to any thread that does not block it; Python runs the
+    handler in the main thread alone, which, asleep in an untimed wait, would not wake
+    until a seed ended: the seeds would train on. Here seed 0 sends SIGINT to its own
+    thread while the main thread waits for seed 1's set-up, or for the seeds' end."""
+
+    def run_seed(seed, slot):
+        if seed == 1 and main_waits_in == "join":
+            slot.group.leave(1)  # "arrived": the main thread goes on to join()
+        if seed == 0:
+            slot.group.leave(0)  # the main thread starts seed 1 and waits on
+            time.sleep(0.5)  # surely asleep in its wait by now
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # this thread alone
+        deadline = time.monotonic() + 5
+        while not slot.stop.signum and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return 128 + slot.stop.signum if slot.stop.signum else 0
+
+    before = signal.getsignal(signal.SIGINT)
+    start = time.monotonic()
+    assert together_module.train_together(run_seed, [0, 1]) == 130
+    assert time.monotonic() - start < 3  # not the seeds' own 5-s give-up
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 def test_the_seeds_share_one_eval_program():
     """Validation of N seeds compiles each batch shape once, not N times: every slot gets
     the group's one jitted eval step, which gives each seed's own sums."""

@@ -49,6 +49,11 @@ import jax.numpy as jnp
 from training.loop import StopRequest
 from training.step import make_eval_step, make_train_step
 
+# The main thread waits in slices of this many seconds: Python runs signal handlers in the
+# main thread alone, and a signal the kernel hands to another thread does not wake a main
+# thread asleep in an untimed wait, so SIGINT would reach the seeds only once one ended.
+WAIT_SLICE_S = 0.25
+
 
 class SharedStop:
     """The seeds' view of the main thread's StopRequest: the same signal for all; its
@@ -189,7 +194,7 @@ class SeedGroup:
         """Until `seed` has given its first step or left (its set-up is over)."""
         with self._cond:
             while seed not in self._arrived:
-                self._cond.wait()
+                self._cond.wait(WAIT_SLICE_S)  # the main thread's: see WAIT_SLICE_S
 
     def _active(self, group: list[int]) -> jax.Array:
         """bool [n]: which of the seeds `group` holds (placed once per group, not per step)."""
@@ -327,7 +332,8 @@ def train_together(run_seed: Callable[[int, SeedSlot], int], seeds: Sequence[int
             threads.append(thread)
             group.wait_arrived(seed)  # one seed's set-up at a time
         for thread in threads:
-            thread.join()
+            while thread.is_alive():
+                thread.join(WAIT_SLICE_S)
     finally:
         stop.restore()
     for seed in seeds:
