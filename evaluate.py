@@ -375,13 +375,8 @@ def decode_and_write(run: Prepared, out_dir: Path) -> dict:
     import jax
 
     from data.protocol import detokenize, protocol_of
-    from evaluation.corpus import (
-        save_attention,
-        score,
-        score_detokenized,
-        summary_lines,
-        translate_lines,
-    )
+    from evaluation.corpus import save_attention, summary_lines, translate_lines
+    from evaluation.scoring import score, score_detokenized
 
     cfg, opts, inputs, tokenizer, name = run.cfg, run.opts, run.inputs, run.tokenizer, run.name
     beam_size, batch_size, length_penalty = run.beam_size, run.batch_size, run.length_penalty

@@ -374,8 +374,9 @@ def _study(workdir: Path, cfg, inputs, *, checkpoint, average_last, beam_size, l
            lowest: int) -> dict:
     """`study`'s work, once the inputs are read and checked."""
     from analysis import contribution_figures
-    from evaluation.corpus import clean_line, score
+    from evaluation.corpus import clean_line
     from evaluation.loading import load_params, load_tokenizer
+    from evaluation.scoring import score
     from models.translate import translate_ids
     from training.compilation import enable_compilation_cache
 

@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> dict:
     """The whole benchmark; returns the JSON result."""
     import jax
 
-    from evaluation.corpus import score, translate_lines
+    from evaluation.corpus import translate_lines
+    from evaluation.scoring import score
 
     cfg, tokenizer, loaded, sources, references = load_run(
         args.workdir, args.checkpoint, args.split, args.max_sentences)

@@ -2,7 +2,7 @@
 
   raw          the corpus as released: cased, untokenised. BLEU is sacreBLEU on
                detokenised, cased text (its `bleu_lc_tok` lowercases and tokenises both
-               sides afterwards: evaluation/corpus.py).
+               sides afterwards: evaluation/scoring.py).
   lc_norm_tok  the text of the Multi30k literature: lowercased, punctuation-normalised,
                Moses-tokenised, with Moses' XML escapes ("&apos;", "&quot;"). Multi30k
                reads the official `*.lc.norm.tok.*` files (data/multi30k/tok/); any other

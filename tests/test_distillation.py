@@ -13,8 +13,8 @@ from conftest import run_script
 from configs import base
 from data import corpora, streaming
 from data.corpora import DataError
-from evaluation.corpus import score
 from evaluation.inputs import read_inputs
+from evaluation.scoring import score
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -98,7 +98,7 @@ def test_the_tokenizer_trains_on_the_protocols_text():
 
 
 def test_scores_under_the_protocol_are_the_text_as_written():
-    from evaluation.corpus import score
+    from evaluation.scoring import score
 
     refs = ["a man &apos;s hat .", "two dogs run ."]
     exact = score(refs, refs, text_protocol=LC)
