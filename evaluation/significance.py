@@ -16,6 +16,9 @@ seed against one seed mixes the recipe's effect with the seeds' spread. What it 
 not do: resample the seeds themselves (two or three seeds a side cannot estimate that
 spread), so the interval is the sentences' sampling noise for these trained models.
 
+The scores are those evaluate.py gives runs on raw text (`data.text_protocol=raw`): the
+hypotheses are detokenised, cased, and `bleu_lc_tok` lowercases and tokenises both sides.
+
 The standard deviation is there to compare two gains measured on different sentence
 sets (validation and test): their resamples are independent, so the difference of the
 gains has deviation sqrt(sd_1² + sd_2²).
