@@ -1,12 +1,15 @@
-"""Scores of a translated corpus: sacreBLEU BLEU and chrF with their signatures, the
-Multi30k literature's lc-tok BLEU, and each sentence's sufficient statistics for
-resampling (evaluation/significance.py). What evaluate.py, train.py's validation and the
-comparisons of stored hypotheses share, so one text gets one score wherever it is scored.
+"""Scores of a translated corpus: sacreBLEU BLEU and chrF with their signatures and the
+Multi30k literature's lc-tok BLEU. What evaluate.py, train.py's validation and the
+comparisons of stored hypotheses (evaluation/significance.py) share, so one text gets one
+score wherever it is scored.
 
 Light (no JAX): the comparison command imports it before anything heavy.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
 
 from sacrebleu.metrics import BLEU, CHRF
 
@@ -26,24 +29,29 @@ def moses_lc_tok(lines: list[str], lang: str) -> list[str]:
 METRICS = ("bleu", "bleu_lc_tok", "chrf")
 
 
-def metric_on_text(name: str, hyps: list[str], refs: list[str],
-                   target_lang: str = "en") -> tuple[BLEU | CHRF, list[str], list[str]]:
-    """The sacreBLEU metric that computes score `name` of raw text, and the text it reads.
+def metric_for(name: str, target_lang: str = "en") -> tuple[BLEU | CHRF,
+                                                       Callable[[list[str]], list[str]]]:
+    """The sacreBLEU metric that computes score `name` of raw text, and what it does to
+    each side's lines first (applied to hypotheses and references alike).
 
     "bleu" and "chrf": sacreBLEU's defaults on the text as given (cased, 13a-tokenised BLEU);
     "bleu_lc_tok": BLEU without tokenisation of both sides lowercased and Moses-tokenised
     (`moses_lc_tok`), the metric of the Multi30k literature.
     """
     if name == "bleu":
-        return BLEU(), hyps, refs
+        return BLEU(), _as_given
     if name == "chrf":
-        return CHRF(), hyps, refs
+        return CHRF(), _as_given
     if name == "bleu_lc_tok":
         # force: the text is tokenised on purpose (sacreBLEU would warn on every call); it
         # changes neither the score nor the signature.
-        return (BLEU(tokenize="none", force=True), moses_lc_tok(hyps, target_lang),
-                moses_lc_tok(refs, target_lang))
+        return BLEU(tokenize="none", force=True), functools.partial(moses_lc_tok,
+                                                                      lang=target_lang)
     raise ValueError(f"unknown metric {name!r}: one of {', '.join(METRICS)}")
+
+
+def _as_given(lines: list[str]) -> list[str]:
+    return lines
 
 
 def score(hyps: list[str], refs: list[str], *, compat_lc_tok: bool = False,
@@ -61,8 +69,8 @@ def score(hyps: list[str], refs: list[str], *, compat_lc_tok: bool = False,
         return _score_as_written(hyps, refs, text_protocol)
     out = {**_bleu_fields(BLEU(), hyps, refs), **_chrf_fields(hyps, refs)}
     if compat_lc_tok:
-        lc_metric, lc_hyps, lc_refs = metric_on_text("bleu_lc_tok", hyps, refs, target_lang)
-        lc = lc_metric.corpus_score(lc_hyps, [lc_refs])
+        lc_metric, prepare = metric_for("bleu_lc_tok", target_lang)
+        lc = lc_metric.corpus_score(prepare(hyps), [prepare(refs)])
         out.update({
             "bleu_lc_tok": lc.score,
             "bleu_lc_tok_signature": str(lc_metric.get_signature()),

@@ -37,7 +37,7 @@ import numpy as np
 from common.errors import UserError
 from common.files import write_atomic
 from evaluation.inputs import read_text
-from evaluation.scoring import METRICS, metric_on_text
+from evaluation.scoring import METRICS, metric_for
 
 DEFAULT_RESAMPLES = 1000
 
@@ -85,21 +85,22 @@ def compare_groups(refs: list[str], baseline: list[list[str]], candidate: list[l
     n = len(refs)
     indices = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
     everything = np.arange(n)[None]
-    groups, signature = {}, None
+    scorer, prepare = metric_for(metric, target_lang)
+    ref_text = prepare(refs)  # once: the references are every system's
+    groups = {}
     for side, systems in (("baseline", baseline), ("candidate", candidate)):
         full, samples = [], []
         for hyps in systems:
-            scorer, hyp_text, ref_text = metric_on_text(metric, hyps, refs, target_lang)
-            stats = sentence_stats(scorer, hyp_text, ref_text)
+            stats = sentence_stats(scorer, prepare(hyps), ref_text)
             full.append(float(resampled_scores(scorer, stats, everything)[0]))
             samples.append(resampled_scores(scorer, stats, indices))
-            signature = str(scorer.get_signature())
         groups[side] = {"scores": full, "mean": float(np.mean(full)),
                         "resampled_mean": np.mean(samples, axis=0)}
     gains = groups["candidate"].pop("resampled_mean") - groups["baseline"].pop("resampled_mean")
     low, high = np.percentile(gains, [2.5, 97.5])
-    return {"metric": metric, "signature": signature, "sentences": n, "resamples": resamples,
-            "seed": seed, "baseline": groups["baseline"], "candidate": groups["candidate"],
+    return {"metric": metric, "signature": str(scorer.get_signature()), "sentences": n,
+            "resamples": resamples, "seed": seed, "baseline": groups["baseline"],
+            "candidate": groups["candidate"],
             "gain": groups["candidate"]["mean"] - groups["baseline"]["mean"],
             "ci95": [float(low), float(high)], "sd": float(gains.std()),
             "p_not_better": float(np.mean(gains <= 0)), "resampled_gains": gains}
