@@ -57,7 +57,7 @@ def test_the_table_has_every_headline():
     sources = " ".join(row["source"] for row in ROWS)
     for name in ("multi30k_de_en.json", "multi30k_en_de.json", "multi30k_en_fr.json",
                  "multi30k_de_en_ensemble.json", "multi30k_en_de_ensemble.json",
-                 "multi30k_en_fr_ensemble.json", "multi30k_de_en_cpu.json",
+                 "multi30k_en_fr_ensemble.json", "multi30k_de_en_cpu.json", "multi30k_de_en_cpu_kd.json",
                  "alignment_peers_align_de_en_links.json"):
         assert name in sources, f"the results table lost the row of {name}"
 
