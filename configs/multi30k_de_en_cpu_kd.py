@@ -9,7 +9,7 @@ teacher's three hours of training and 21 minutes of decoding.
 
 Expected: test_2016_flickr 42.39 ± 0.20 cased / 42.66 lc-tok BLEU, validation 44.09 ± 0.46
 (mean of 3 seeds, 6,011 to 7,344 steps in the hour on 2-core AMD EPYC and Intel Xeon
-machines; README table): +1.32 over the recipe on validation, +0.15 on test.
+machines; README table): +1.31 over the recipe on validation, +0.16 on test.
 Cost: 60 minutes of training, as the recipe.
 
     python train.py --config configs/multi30k_de_en_cpu_kd.py --workdir runs/de_en_cpu_kd
