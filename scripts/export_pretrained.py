@@ -6,13 +6,16 @@
 
 The new workdir holds config.json, tokenizer/, one checkpoint with the parameters alone
 in `--dtype` (training/checkpoint.py `export`: no optimizer state) and the attention maps
-of the run's last validation (attention/*.npz, no PNGs). evaluate.py, attention.inspect,
+of the run's last validation (attention/*.npz, no PNGs). Paths in config.json that lie inside
+this repository (a distilled config's teacher text) are written relative to its root, so a
+shipped workdir names no machine's folders. evaluate.py, attention.inspect,
 attention.align and attention.heads read it as they read any run; train.py refuses to
 resume it. `--out` must not exist: nothing is overwritten.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -29,6 +32,19 @@ flags.DEFINE_string("checkpoint", "last", "best | last | STEP.")
 flags.DEFINE_enum("dtype", "float16", ["float16", "bfloat16", "float32"],
                   "Storage dtype of the parameters.")
 FLAGS = flags.FLAGS
+REPO = Path(__file__).resolve().parents[1]
+
+
+def repo_relative(tree):
+    """`tree` (config.json's JSON) with every absolute path inside the repository made
+    relative to its root; other values unchanged."""
+    if isinstance(tree, dict):
+        return {k: repo_relative(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [repo_relative(v) for v in tree]
+    if isinstance(tree, str) and Path(tree).is_absolute() and Path(tree).is_relative_to(REPO):
+        return Path(tree).relative_to(REPO).as_posix()
+    return tree
 
 
 def export(workdir: Path, out: Path, checkpoint: str, dtype: str) -> int:
@@ -47,7 +63,9 @@ def export(workdir: Path, out: Path, checkpoint: str, dtype: str) -> int:
     staging = out.with_name(out.name + ".partial")  # renamed into place when complete
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    shutil.copy2(workdir / "config.json", staging / "config.json")
+    tree = json.loads((workdir / "config.json").read_text(encoding="utf-8"))
+    text = json.dumps(repo_relative(tree), indent=2, sort_keys=True) + "\n"
+    (staging / "config.json").write_text(text, encoding="utf-8")
     shutil.copytree(workdir / "tokenizer", staging / "tokenizer")
     ckpt.export(staging / "checkpoints", step, loaded.params, meta, dtype)
     maps = sorted((workdir / "attention").glob("valid_step*.npz"))
