@@ -70,8 +70,7 @@ def run(args: argparse.Namespace) -> dict:
                                    / maps["contributions"].target_lengths.sum()),
         "device": f"{jax.default_backend()} x{jax.device_count()}",
         "cpu_count": os.cpu_count(),
-        "note": "record_maps_grouped with and without contributions, files not written; "
-                "the machine's 2 cores were shared with other jobs, so times are noisy",
+        "note": "record_maps_grouped with and without contributions, files not written",
     }
 
 
