@@ -1,7 +1,7 @@
 """Export a trained run as a compact, inference-only workdir (the repository's
 `pretrained/` models):
 
-    python -m scripts.export_pretrained --workdir runs/de_en_cpu --out pretrained/de_en_cpu \
+    python -m scripts.export_pretrained --workdir runs/de_en_cpu_kd_seed2 --out pretrained/de_en_cpu \
         [--checkpoint last] [--dtype float16]
 
 The new workdir holds config.json, tokenizer/, one checkpoint with the parameters alone
