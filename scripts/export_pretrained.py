@@ -20,6 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import ml_collections
 from absl import flags, logging
 
 from common import cli
@@ -63,9 +64,8 @@ def export(workdir: Path, out: Path, checkpoint: str, dtype: str) -> int:
     staging = out.with_name(out.name + ".partial")  # renamed into place when complete
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    tree = json.loads((workdir / "config.json").read_text(encoding="utf-8"))
-    text = json.dumps(repo_relative(tree), indent=2, sort_keys=True) + "\n"
-    (staging / "config.json").write_text(text, encoding="utf-8")
+    tree = json.loads((workdir / resolved.CONFIG_JSON).read_text(encoding="utf-8"))
+    resolved.write_config_json(ml_collections.ConfigDict(repo_relative(tree)), staging)
     shutil.copytree(workdir / "tokenizer", staging / "tokenizer")
     ckpt.export(staging / "checkpoints", step, loaded.params, meta, dtype)
     maps = sorted((workdir / "attention").glob("valid_step*.npz"))

@@ -3,12 +3,10 @@ machine's folders in its config, and never overwrites."""
 
 import json
 import shutil
-from pathlib import Path
 
 from conftest import run_module, run_script
 
-ROOT = Path(__file__).resolve().parents[1]
-TEACHER = ROOT / "data" / "multi30k" / "distilled" / "train.de_en_cpu_ens3.en.gz"
+from configs.multi30k_de_en_cpu_kd import TEACHER
 
 
 def test_an_export_translates_as_its_run_and_names_repository_paths_relatively(
