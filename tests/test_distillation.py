@@ -120,17 +120,33 @@ def test_the_teacher_reads_every_training_pair_as_read(tmp_path):
                                                     if s][:100])
 
 
-def test_the_shipped_teacher_text_is_the_one_its_reading_scored():
-    """configs/multi30k_de_en_cpu_kd.py trains on the vendored ensemble translation: one
-    line per training pair, scoring against the references what its recorded reading says
-    (a file swapped, cut or shifted by a line would not)."""
+def _en_de_proxy_teacher():
+    cfg = base.get_config().data
+    cfg.update(source_lang="en", target_lang="de",
+               distilled_targets=str(ROOT / "data/multi30k/distilled/train.en_de_proxy_ens2.de.gz"))
+    return cfg
+
+
+def _de_en_cpu_teacher():
     from configs import multi30k_de_en_cpu_kd
-    cfg = multi30k_de_en_cpu_kd.get_config().data
+    return multi30k_de_en_cpu_kd.get_config().data
+
+
+@pytest.mark.parametrize("teacher_data, reading", [
+    (_de_en_cpu_teacher, "multi30k_de_en_cpu_readings/teacher_ens3_train.json"),
+    (_en_de_proxy_teacher, "multi30k_en_de_readings/teacher_proxy_ens2_train.json"),
+], ids=["de_en_cpu_ens3", "en_de_proxy_ens2"])
+def test_a_shipped_teacher_text_is_the_one_its_reading_scored(teacher_data, reading):
+    """Each vendored ensemble translation (data/multi30k/distilled/) has one line per
+    training pair and scores against the references what its recorded reading says (a
+    file swapped, cut or shifted by a line would not)."""
+    cfg = teacher_data()
     sources, teacher = corpora.load_corpus(cfg, "train")
-    raw_sources, references = corpora.load_corpus(base.get_config().data, "train")
+    plain = base.get_config().data
+    plain.update(source_lang=cfg.source_lang, target_lang=cfg.target_lang)
+    raw_sources, references = corpora.load_corpus(plain, "train")
     assert sources == raw_sources and len(teacher) == 29_000
-    reading = json.loads((ROOT / "results/multi30k_de_en_cpu_readings/"
-                          "teacher_ens3_train.json").read_text(encoding="utf-8"))
+    reading = json.loads((ROOT / "results" / reading).read_text(encoding="utf-8"))
     scored = score(teacher, references)  # evaluate.py's own scoring
     assert reading["num_sentences"] == 29_000
     assert scored["bleu"] == pytest.approx(reading["bleu"], abs=1e-6)
