@@ -9,6 +9,7 @@ Light (no JAX): the comparison command imports it before anything heavy.
 from __future__ import annotations
 
 import functools
+import html
 from collections.abc import Callable
 
 from sacrebleu.metrics import BLEU, CHRF
@@ -22,6 +23,13 @@ def moses_lc_tok(lines: list[str], lang: str) -> list[str]:
 
     tokenizer = MosesTokenizer(lang=lang)
     return [tokenizer.tokenize(line.lower(), escape=False, return_str=True) for line in lines]
+
+
+def lc_tok_as_written(lines: list[str]) -> list[str]:
+    """Text already lowercased and Moses-tokenised (`data.text_protocol=lc_norm_tok`) in
+    `moses_lc_tok`'s form: only Moses' XML escapes are undone ("d&apos; un" -> "d' un"),
+    since `moses_lc_tok` does not escape. Tokenising it again would split it further."""
+    return [html.unescape(line) for line in lines]
 
 
 # The scores a comparison of hypotheses can resample (evaluation/significance.py), by the

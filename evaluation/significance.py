@@ -18,6 +18,11 @@ spread), so the interval is the sentences' sampling noise for these trained mode
 
 The scores are those evaluate.py gives runs on raw text (`data.text_protocol=raw`): the
 hypotheses are detokenised, cased, and `bleu_lc_tok` lowercases and tokenises both sides.
+A group trained on the literature's text (`lc_norm_tok`: its hypotheses already lowercased
+and tokenised) is named by `--baseline_protocol` / `--candidate_protocol`; it is compared on
+`bleu_lc_tok` only, its hypotheses with Moses' escapes undone, against the same raw
+reference lowercased and tokenised, so that both protocols meet on one text (chrF and cased
+BLEU of lowercased text would not be the same score).
 
 The standard deviation is there to compare two gains measured on different sentence
 sets (validation and test): their resamples are independent, so the difference of the
@@ -36,8 +41,10 @@ import numpy as np
 
 from common.errors import UserError
 from common.files import write_atomic
+from configs.base import TEXT_PROTOCOLS
+from data.protocol import RAW
 from evaluation.inputs import read_text
-from evaluation.scoring import METRICS, metric_for
+from evaluation.scoring import METRICS, lc_tok_as_written, metric_for
 
 DEFAULT_RESAMPLES = 1000
 
@@ -60,7 +67,8 @@ def resampled_scores(metric, stats: np.ndarray, indices: np.ndarray) -> np.ndarr
 
 def compare_groups(refs: list[str], baseline: list[list[str]], candidate: list[list[str]], *,
                    metric: str = "bleu", target_lang: str = "en",
-                   resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict:
+                   resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                   protocols: tuple[str, str] = (RAW, RAW)) -> dict:
     """Paired bootstrap of the candidate group's mean score against the baseline group's.
 
     Args:
@@ -69,6 +77,9 @@ def compare_groups(refs: list[str], baseline: list[list[str]], candidate: list[l
       metric: one of `evaluation.scoring.METRICS`.
       resamples: R, the number of resamples of the N sentences (the same for every system).
       seed: seeds the resampling, so a comparison reads the same when run again.
+      protocols: the text protocol (data/protocol.py) each group was trained and
+        translated in, (baseline, candidate); `refs` are raw text whatever they are. A
+        group not in "raw" is scored on `bleu_lc_tok` only (UserError otherwise).
 
     Returns a dict: `baseline` / `candidate` {scores [per system], mean}, `gain` (candidate
     mean − baseline mean on all sentences), `ci95` [low, high] of the resampled gains,
@@ -82,16 +93,25 @@ def compare_groups(refs: list[str], baseline: list[list[str]], candidate: list[l
         raise UserError("both groups need at least one hypothesis file")
     if resamples < 1:
         raise UserError(f"--resamples {resamples}: must be at least 1")
+    for protocol in protocols:
+        if protocol not in TEXT_PROTOCOLS:
+            raise UserError(f"text protocol {protocol!r}: one of {', '.join(TEXT_PROTOCOLS)}")
+    if metric != "bleu_lc_tok" and set(protocols) != {RAW}:
+        raise UserError(f"--metric {metric}: a group in another text protocol than raw is "
+                        f"compared on bleu_lc_tok only")
     n = len(refs)
     indices = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
     everything = np.arange(n)[None]
     scorer, prepare = metric_for(metric, target_lang)
     ref_text = prepare(refs)  # once: the references are every system's
     groups = {}
-    for side, systems in (("baseline", baseline), ("candidate", candidate)):
+    for side, systems, protocol in (("baseline", baseline, protocols[0]),
+                                    ("candidate", candidate, protocols[1])):
+        # lc_norm_tok hypotheses are in bleu_lc_tok's form already but for the escapes.
+        to_metric = prepare if protocol == RAW else lc_tok_as_written
         full, samples = [], []
         for hyps in systems:
-            stats = sentence_stats(scorer, prepare(hyps), ref_text)
+            stats = sentence_stats(scorer, to_metric(hyps), ref_text)
             full.append(float(resampled_scores(scorer, stats, everything)[0]))
             samples.append(resampled_scores(scorer, stats, indices))
         groups[side] = {"scores": full, "mean": float(np.mean(full)),
@@ -101,6 +121,7 @@ def compare_groups(refs: list[str], baseline: list[list[str]], candidate: list[l
     return {"metric": metric, "signature": str(scorer.get_signature()), "sentences": n,
             "resamples": resamples, "seed": seed, "baseline": groups["baseline"],
             "candidate": groups["candidate"],
+            "protocols": {"baseline": protocols[0], "candidate": protocols[1]},
             "gain": groups["candidate"]["mean"] - groups["baseline"]["mean"],
             "ci95": [float(low), float(high)], "sd": float(gains.std()),
             "p_not_better": float(np.mean(gains <= 0)), "resampled_gains": gains}
@@ -142,6 +163,10 @@ def define_flags() -> None:
     flags.DEFINE_list("candidate", [], "Hypothesis files of the candidate's seeds.")
     flags.DEFINE_enum("metric", "bleu", list(METRICS), "The score compared.")
     flags.DEFINE_string("target_lang", "en", "Target language (Moses' rules, for bleu_lc_tok).")
+    flags.DEFINE_enum("baseline_protocol", RAW, list(TEXT_PROTOCOLS),
+                      "Text protocol the baseline was trained in (lc_norm_tok: bleu_lc_tok only).")
+    flags.DEFINE_enum("candidate_protocol", RAW, list(TEXT_PROTOCOLS),
+                      "Text protocol the candidate was trained in (lc_norm_tok: bleu_lc_tok only).")
     flags.DEFINE_integer("resamples", DEFAULT_RESAMPLES, "Bootstrap resamples.")
     flags.DEFINE_integer("seed", 0, "Seed of the resampling.")
     flags.DEFINE_string("output", None, "Also write the result here (.json).")
@@ -165,7 +190,8 @@ def main(argv: list[str]) -> None:
     baseline = read_group(f.baseline, len(refs), ref_name)
     candidate = read_group(f.candidate, len(refs), ref_name)
     result = compare_groups(refs, baseline, candidate, metric=f.metric,
-                            target_lang=f.target_lang, resamples=f.resamples, seed=f.seed)
+                            target_lang=f.target_lang, resamples=f.resamples, seed=f.seed,
+                            protocols=(f.baseline_protocol, f.candidate_protocol))
     del result["resampled_gains"]
     result.update(reference=f.reference, baseline_files=list(f.baseline),
                   candidate_files=list(f.candidate))

@@ -11,6 +11,7 @@ from conftest import run_module
 from sacrebleu.metrics import BLEU, CHRF
 
 from common.errors import UserError
+from data.protocol import lc_norm_tok
 from evaluation.scoring import score
 from evaluation.significance import compare_groups
 
@@ -77,11 +78,33 @@ def test_a_clearly_better_group_is_ahead_in_every_resample():
     assert 0 < low <= result["gain"] <= high
 
 
+def test_a_group_on_the_literatures_text_meets_the_raw_ones_on_lc_tok_bleu():
+    # SYS_B as a run trained on lc_norm_tok would write it: lowercased, tokenised, escaped
+    # ("a woman &apos;s bag"). Scored as written against the raw references' lc-tok form it
+    # must read as SYS_B itself reads on bleu_lc_tok; the escapes left in, or the text
+    # tokenised a second time, would score lower.
+    lc_b = lc_norm_tok(SYS_B, "en")
+    assert any("&apos;" in line for line in lc_b)
+    raw = compare_groups(REFS, [SYS_A], [SYS_B], metric="bleu_lc_tok", resamples=20)
+    mixed = compare_groups(REFS, [SYS_A], [lc_b], metric="bleu_lc_tok", resamples=20,
+                           protocols=("raw", "lc_norm_tok"))
+    assert mixed["candidate"]["scores"] == pytest.approx(raw["candidate"]["scores"], abs=1e-9)
+    assert mixed["baseline"]["scores"] == pytest.approx(raw["baseline"]["scores"], abs=1e-9)
+    np.testing.assert_allclose(mixed["resampled_gains"], raw["resampled_gains"], atol=1e-9)
+    assert mixed["protocols"] == {"baseline": "raw", "candidate": "lc_norm_tok"}
+    as_if_raw = compare_groups(REFS, [SYS_A], [lc_b], metric="bleu_lc_tok", resamples=20)
+    assert as_if_raw["candidate"]["scores"][0] < raw["candidate"]["scores"][0] - 1
+
+
 def test_bad_arguments_are_user_errors():
     with pytest.raises(UserError, match="--metric"):
         compare_groups(REFS, [SYS_A], [SYS_B], metric="ter")
     with pytest.raises(UserError, match="at least one"):
         compare_groups(REFS, [], [SYS_B])
+    with pytest.raises(UserError, match="bleu_lc_tok only"):
+        compare_groups(REFS, [SYS_A], [SYS_B], metric="chrf", protocols=("raw", "lc_norm_tok"))
+    with pytest.raises(UserError, match="text protocol"):
+        compare_groups(REFS, [SYS_A], [SYS_B], protocols=("raw", "lowercase"))
 
 
 def test_command_prints_writes_and_refuses_a_file_of_another_length(tmp_path):
@@ -112,3 +135,19 @@ def test_command_prints_writes_and_refuses_a_file_of_another_length(tmp_path):
     assert run.returncode == 2
     assert run.stderr.strip().count("\n") == 0 and "has 5 lines" in run.stderr
     assert out.read_bytes() == before  # a refused comparison leaves the old result alone
+
+    lc = tmp_path / "b_lc.hyp.txt"
+    lc.write_text("\n".join(lc_norm_tok(SYS_B, "en")) + "\n", encoding="utf-8")
+    mixed = [str(ref), "--baseline", str(files["a"]), "--candidate", str(lc),
+             "--candidate_protocol", "lc_norm_tok", "--resamples", "20"]
+    run = run_module("evaluation.significance", "--reference", *mixed, "--metric", "chrf",
+                     "--output", str(out))
+    assert run.returncode == 2 and "bleu_lc_tok only" in run.stderr
+    assert out.read_bytes() == before
+    run = run_module("evaluation.significance", "--reference", *mixed, "--metric",
+                     "bleu_lc_tok", "--output", str(out))
+    assert run.returncode == 0, run.stderr
+    written = json.loads(out.read_text())
+    direct = compare_groups(REFS, [SYS_A], [SYS_B], metric="bleu_lc_tok", resamples=20)
+    assert written["gain"] == pytest.approx(direct["gain"])
+    assert written["protocols"]["candidate"] == "lc_norm_tok"
