@@ -252,6 +252,7 @@ def default_name(base: str, checkpoint: str, beam_size: int, members: int = 1) -
 
 
 def check_name(name: str) -> str:
+    """`--name` as given, if it is a plain file name: outputs never land outside eval/."""
     if not name or name in (".", "..") or "/" in name or os.sep in name:
         raise UserError(f"--name {name!r}: must be a plain file name (no '/')")
     return name

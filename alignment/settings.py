@@ -49,6 +49,7 @@ def stored_settings(workdir: str | Path, reinit_seed: int | None = None) -> dict
 
 
 def parse_layer(text: str) -> int | str:
+    """`--layer`: a layer index (negative counts from the last), "mean", or a head layer's name."""
     if text == "mean" or text in HEAD_LAYERS:
         return text
     if text.lstrip("-").isdigit():
@@ -58,6 +59,7 @@ def parse_layer(text: str) -> int | str:
 
 
 def parse_heads(text: str) -> str | tuple[int, ...]:
+    """`--heads`: "mean", or head indices such as "0,2"."""
     try:
         return "mean" if text == "mean" else tuple(int(h) for h in text.split(","))
     except ValueError:

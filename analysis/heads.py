@@ -382,6 +382,7 @@ def table(result: dict) -> list[str]:
 
 
 def define_flags() -> None:
+    """The flags (only when run as a command: importing never adds global flags)."""
     flags.DEFINE_string("workdir", None, "Training run directory.")
     flags.DEFINE_enum("split", "valid", ["valid", "test"], "Split of the configured dataset.")
     flags.DEFINE_string("checkpoint", "best", "best | last | a step number.")

@@ -92,6 +92,7 @@ class LoadedParams:
 
 
 def checkpoint_dir(workdir: Path) -> Path:
+    """`<workdir>/checkpoints`, or one clear error if the run has saved no step yet."""
     directory = workdir / "checkpoints"
     has_steps = directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
     if not has_steps:

@@ -99,6 +99,8 @@ def write_row(buf: jnp.ndarray, row: jnp.ndarray, t, axis: int) -> jnp.ndarray:
 
 
 def check_max_length(max_length) -> int:
+    """`max_length` as a Python int, or a ValueError: it sizes the decoding buffers, so it
+    must be static and at least 1."""
     if int(max_length) < 1:
         raise ValueError(f"max_length must be a static int >= 1, got {max_length}")
     return int(max_length)
