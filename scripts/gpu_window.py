@@ -169,6 +169,9 @@ def phase_seeds(args, left) -> dict:
                           f"--config.train.num_steps={args.seed_steps}",
                           "--config.eval.every_steps=0", "--config.eval.max_sentences=8",
                           "--config.eval.beam_size=1", "--config.checkpoint.every_steps=100000",
+                          # No save inside the timed span: a recipe's last saves
+                          # (checkpoint.last_every_steps) would fall in every log interval.
+                          "--config.checkpoint.last_every_steps=0",
                           "--config.attention_maps.enabled=False",
                           f"--config.train.log_every_steps={args.log_every}", *more)
         start = time.time()

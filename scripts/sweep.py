@@ -36,7 +36,7 @@ Resumable: a run whose run.json says "done" (it finished, or reached its own
 `time_limit_minutes`, and was read) is skipped; a run cut off ("cut" by the deadline,
 "failed", or the process killed) trains on from its checkpoints when the sweep runs
 again (train.py resumes each seed; a run cut by the deadline is read at its newest
-checkpoint meanwhile). Across machines: `--earlier` names the results folder an earlier
+checkpoint alone meanwhile). Across machines: `--earlier` names the results folder an earlier
 sweep brought back (committed as `results/sweep/<plan>/`); its runs done are copied into
 `--out` and skipped, and their distilled texts teach here. The deadline
 (`--deadline_minutes`, from the sweep's start) stops training early enough for the
@@ -139,6 +139,13 @@ def read_step(parent: Path, seeds: list[int], requested: str, finished: bool) ->
         return str(requested)
     common = set.intersection(*(set(checkpoint_steps(parent / f"seed{k}")) for k in seeds))
     return str(max(common)) if common else None
+
+
+def read_settings(read: dict, finished: bool) -> dict:
+    """The plan's [read] settings for a run, finished or not: one cut short is read at
+    its newest checkpoint alone, as its last-N averaging window (`average_last`, the
+    saves before the last step) is not there yet (evaluate.py refuses fewer saves)."""
+    return read if finished else {k: v for k, v in read.items() if k != "average_last"}
 
 
 def summary_scores(path: Path) -> dict:
@@ -358,7 +365,8 @@ def sweep_run(run: dict, plan: dict, runs_dir: Path, out: Path, deadline: float 
     print(f"sweep: {name} trained ({record['train']['ended']}, exit {code}, "
           f"{record['train']['seconds']:.0f} s, steps {record['train']['steps']})", flush=True)
 
-    read = {**plan["read"], "length_penalties": run["length_penalties"]}
+    read = read_settings({**plan["read"], "length_penalties": run["length_penalties"]},
+                         finished)
     record["evaluations"] = []
     step = read_step(parent, seeds, read["checkpoint"], finished)
     for split in read["splits"]:

@@ -25,6 +25,8 @@ def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
     done = subprocess.run(
         [sys.executable, "scripts/gpu_window.py", *SMOKE, "--phases", "recipe,seeds",
          "--seeds", "2", "--seed_steps", "20", "--seeds_override=--config.data.pack_length=64",
+         # As the recipes: saves every 5 steps over the last 10 (the seeds phase makes none).
+         "--override=--config.checkpoint.last_every_steps=5",
          "--results", str(results), "--work", str(work), "--deadline_s", "500"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -46,6 +48,10 @@ def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
     assert len(by_seed) == 2 and all(ms > 0 for ms in by_seed)
     assert seeds["ratio_together_to_one"] == pytest.approx(
         max(by_seed) / seeds["one_seed"]["ms_per_step"], rel=1e-2)
+
+    # The seeds phase times steps between logs: its runs save once, at their end.
+    for workdir in (work / "one_seed", work / "seeds" / "seed0", work / "seeds" / "seed1"):
+        assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["20"], workdir
 
     two = seeds["two_processes"]
     assert [r["exit_code"] for r in two["runs"]] == [0, 0] and len(two["ms_per_step"]) == 2

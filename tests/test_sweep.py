@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from pathlib import Path
 
 import ml_collections
 import pytest
@@ -85,6 +86,16 @@ def test_read_step_of_a_run_stopped_early(tmp_path):
     assert sweep.read_step(tmp_path, [0, 1], "last", finished=True) == "last"
     assert sweep.read_step(tmp_path, [0, 1], "last", finished=False) == "4"
     assert sweep.read_step(tmp_path, [0, 1], "2", finished=False) == "2"
+
+
+def test_a_run_cut_short_is_read_without_its_averaging_window():
+    read = {"split": "valid", "checkpoint": "last", "average_last": 10, "beam_size": 5}
+    assert sweep.read_settings(read, finished=True) == read
+    cut = sweep.read_settings(read, finished=False)
+    assert cut == {"split": "valid", "checkpoint": "last", "beam_size": 5}
+    assert sweep.reading_label("valid", "3747", cut, 1.0) == "valid.step3747.beam5.lp1.0"
+    assert "--average_last=10" not in sweep.evaluate_argv(
+        Path("w"), "valid", "x", "3747", cut, sweep.READ_KEYS)
 
 
 def run_sweep(tmp_path, plan: str, *flags: str, machine: str = "", check: bool = True) -> tuple:
