@@ -13,12 +13,15 @@ scripts/gpu_window.sh, which prepares the machine first):
      group of seeds) is a program to compile; bench/README.md, "A lent H200 window"):
      ms per step of each between two train logs after warm-up (no validation between);
      then two one-seed runs side by side (two processes), timed over the span they share.
-  3. profile: bench/step_profile.py on the recipe's model (tiny) at 4,096 tokens: step
+  3. saves: bench/save_stall.py on the recipe's train state: what a checkpoint save holds
+     the loop up, in parts (the finite check, the checksum, orbax's call), the background
+     write after it, and cProfile's view of one save.
+  4. profile: bench/step_profile.py on the recipe's model (tiny) at 4,096 tokens: step
      against dispatch time and the device-busy time of a trace (host- or device-bound),
      for each of `--profile_variants` (default `pure`, one seed; `stacked` and
      `together` step `--seeds` seeds as one program).
-  4. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
-  5. sweep: scripts/sweep.py on a plan with the minutes left, going on from the earlier
+  5. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
+  6. sweep: scripts/sweep.py on a plan with the minutes left, going on from the earlier
      windows' results committed in `results/sweep/<plan>/` (`--sweep_earlier`), two runs
      side by side where the seeds phase found that two processes pay (`--sweep_parallel
      auto`: each at most 1.5 times as slow as one alone), else one at a time: each
@@ -26,12 +29,12 @@ scripts/gpu_window.sh, which prepares the machine first):
      training split come back; checkpoints only with --sweep_pack (a lent machine hands
      back 64 MiB: about two seeds' checkpoints).
 
-    python scripts/gpu_window.py [--phases recipe,seeds,profile,peer,sweep] (in that order)
+    python scripts/gpu_window.py [--phases recipe,seeds,saves,profile,peer,sweep] (in that order)
         [--deadline_s 570] [--results $OUT/results/bench] [--work /tmp/gpu_window]
         [--plan PLAN.toml]
 
 Writes `<results>/gpu_tiny_recipe_time_to_result.json`, `gpu_seeds_together.json`,
-`gpu_step_profile_tiny.json` and (bench/gpu_peer.py) `gpu_peer*.json`, each naming the
+`gpu_save_stall.json`, `gpu_step_profile_tiny.json` and (bench/gpu_peer.py) `gpu_peer*.json`, each naming the
 device, and the measured runs' metrics.jsonl in `<results>/../runs/`; the sweep trains
 and collects in `runs/gpu_window/` of the repository (`--sweep_runs`, `--sweep_out`:
 ignored folders, which a warm lent machine keeps between calls, so a later call's sweep
@@ -57,7 +60,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # Each phase, and the seconds it needs left before the deadline to start.
-PHASES = {"recipe": 0, "seeds": 60, "profile": 90, "peer": 120, "sweep": 150}
+PHASES = {"recipe": 0, "seeds": 60, "saves": 45, "profile": 90, "peer": 120, "sweep": 150}
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO))
 from sweep import run_process, write_json  # noqa: E402
@@ -225,6 +228,14 @@ def sweep_argv(args, seconds: float, parallel: int) -> list[str]:
             *(["--earlier", str(args.sweep_earlier)] if args.sweep_earlier.is_dir() else [])]
 
 
+def phase_saves(args, left) -> tuple[int, bool]:
+    """bench/save_stall.py: the recipe's train state saved as train.py saves it, 100 steps
+    apart at the H200's ~7 ms a step."""
+    argv = [sys.executable, "bench/save_stall.py", "--config", args.config, "--saves", "8",
+            "--apart_s", "0.7", "--profile", "--json", str(args.results / "gpu_save_stall.json")]
+    return run_process(argv, args.work / "saves.log", left())
+
+
 def phase_profile(args, left) -> tuple[int, bool]:
     """bench/step_profile.py: the recipe's model (tiny) on one 4,096-token batch shape."""
     argv = [sys.executable, "bench/step_profile.py", "--size", "tiny", "--batch_tokens", "4096",
@@ -250,7 +261,7 @@ def keep_metrics(args, workdir: Path, name: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--phases", default="recipe,seeds,profile,peer,sweep")
+    parser.add_argument("--phases", default="recipe,seeds,saves,profile,peer,sweep")
     parser.add_argument("--deadline_s", type=float, default=570.0,
                         help="seconds from start to the last phase's end [570]")
     parser.add_argument("--config", default="configs/multi30k_de_en.py")
@@ -317,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.results / "gpu_seeds_together.json", seeds)
         print(f"gpu_window: seeds {json.dumps(seeds)}", flush=True)
 
+    def saves() -> None:
+        code, cut = phase_saves(args, left)
+        print(f"gpu_window: saves exit {code}{' (deadline)' if cut else ''}", flush=True)
+
     def profile() -> None:
         code, cut = phase_profile(args, left)
         print(f"gpu_window: profile exit {code}{' (deadline)' if cut else ''}", flush=True)
@@ -335,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
                             dirs_exist_ok=True)
         print(f"gpu_window: sweep exit {code}", flush=True)
 
-    runs = {"recipe": recipe, "seeds": seeds_phase, "profile": profile, "peer": peer,
+    runs = {"recipe": recipe, "seeds": seeds_phase, "saves": saves, "profile": profile,
+            "peer": peer,
             "sweep": sweep}
     for phase in phases:
         if left() > PHASES[phase]:

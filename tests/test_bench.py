@@ -195,3 +195,27 @@ def test_previews_smoke(tmp_path):
     assert data["figures"] == 2  # the all-layer mean and the last layer of one example
     for key in ("savefig_s", "inline_s", "background_held_s", "background_drain_s"):
         assert data[key] > 0 and len(data["runs"][key]) == 1, key
+
+
+def test_save_stall_smoke(tmp_path):
+    out = tmp_path / "saves.json"
+    result = run_script("bench/save_stall.py", "--config", "configs/smoke.py", "--saves", "2",
+                        "--apart_s", "0", "--profile", "--json", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert list(data["variants"]) == ["device_arrays", "host_copy"]
+    assert data["arrays"] > 0 and data["state_mb"] > 0
+    for name, variant in data["variants"].items():
+        assert variant["saved_steps"] == [1, 2, 3], name  # the spaced saves, the one waited for
+        assert variant["write_s"] > 0, name
+        for part in ("finite_check_s", "save_s", "held_s", "checksum_s"):
+            assert len(variant["runs"][part]) == 2 and min(variant["runs"][part]) > 0, part
+        assert any("checkpoint.py" in row["function"] and "(save)" in row["function"]
+                   for row in variant["profile_top"]), name
+
+
+def test_save_stall_refuses_a_config_that_is_not_there(tmp_path):
+    result = run_script("bench/save_stall.py", "--config", str(tmp_path / "no.py"), timeout=60)
+    assert result.returncode == 2 and "no such file" in result.stderr
+    result = run_script("bench/save_stall.py", "--variants", "disk", timeout=60)
+    assert result.returncode == 2 and "--variants" in result.stderr

@@ -1,5 +1,5 @@
 """scripts/gpu_window.{sh,py}, the lent-GPU window's one command, tried on the CPU with the
-smoke config: the recipe and seeds phases write their JSONs and bring back the measured
+smoke config: the recipe, seeds and saves phases write their JSONs and bring back the measured
 runs' metrics, a later call's sweep goes on from an earlier call's, a later window's from
 the results an earlier window brought back, and the shell wrapper hands everything back
 as one archive in parts."""
@@ -23,7 +23,7 @@ SMOKE = ("--config", "configs/smoke.py", "--steps", "40", "--log_every", "10")
 def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
     results, work = tmp_path / "out" / "results" / "bench", tmp_path / "work"
     done = subprocess.run(
-        [sys.executable, "scripts/gpu_window.py", *SMOKE, "--phases", "recipe,seeds",
+        [sys.executable, "scripts/gpu_window.py", *SMOKE, "--phases", "recipe,seeds,saves",
          "--seeds", "2", "--seed_steps", "20", "--seeds_override=--config.data.pack_length=64",
          # As the recipes: saves every 5 steps over the last 10 (the seeds phase makes none).
          "--override=--config.checkpoint.last_every_steps=5",
@@ -56,6 +56,10 @@ def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
     two = seeds["two_processes"]
     assert [r["exit_code"] for r in two["runs"]] == [0, 0] and len(two["ms_per_step"]) == 2
     assert "ratio_two_processes_to_one" in seeds
+
+    saves = json.loads((results / "gpu_save_stall.json").read_text())
+    assert saves["config"] == "configs/smoke.py" and saves["saves"] == 8
+    assert all(v["held_s"] > 0 and v["profile_top"] for v in saves["variants"].values())
 
     runs = results.parent / "runs"
     for name in ("recipe_run", "seeds_one", "seeds_together_seed0", "seeds_together_seed1"):

@@ -380,6 +380,35 @@ def test_a_created_manager_has_deleted_half_written_steps_a_read_only_one_leaves
     manager.close()
 
 
+@pytest.mark.parametrize("host_copy", [True, False])
+def test_a_save_from_the_host_copy_or_the_device_arrays_restores_the_same_state(tmp_path,
+                                                                               host_copy):
+    """`save`'s host copy (the state read to the host in one batch, train.py's way) and the
+    device arrays handed to orbax: the same CRC, and both restore, as device arrays, to
+    the saved values, step and meta."""
+    import jax
+    import jax.numpy as jnp
+
+    from training import checkpoint as ckpt
+
+    keys = iter(jax.random.split(jax.random.key(0), 4))
+    state = {"step": jnp.asarray(7, jnp.int32), "nonfinite_step": jnp.asarray(-1, jnp.int32),
+             "params": {"w": jax.random.normal(next(keys), (3, 5)),
+                        "b": jax.random.normal(next(keys), (5,)).astype(jnp.bfloat16)},
+             "opt_state": [{"mu": jax.random.normal(next(keys), (3, 5))}, {}]}
+    manager = ckpt.make_manager(tmp_path / "checkpoints", keep=2)
+    ckpt.save(manager, 7, state, {"epoch": 1}, host_copy=host_copy)
+    manager.wait_until_finished()
+    restored, meta = ckpt.restore(manager, 7, ckpt.abstract_of(state))
+    assert meta == {"epoch": 1}  # restore checked the CRC saved with it, and popped it
+    assert ckpt.restore_meta(manager, 7)[ckpt.CHECKSUM_KEY] == ckpt.state_checksum(state)
+    assert jax.tree.structure(restored) == jax.tree.structure(state)
+    for got, want in zip(jax.tree.leaves(restored), jax.tree.leaves(state), strict=True):
+        assert isinstance(got, jax.Array) and got.dtype == want.dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    manager.close()
+
+
 def test_no_pickle_anywhere():
     sources = [p for p in REPO.rglob("*.py")
                if not {".venv", "build", ".git"} & set(p.relative_to(REPO).parts)]

@@ -94,13 +94,21 @@ _SAVE_LOCK = threading.Lock()
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: dict, meta: dict,
-         metrics: dict[str, float] | None = None) -> None:
+         metrics: dict[str, float] | None = None, *, host_copy: bool = True) -> None:
     """Save asynchronously; `metrics` ({"bleu": ...} or {"loss": ...}, the validation at
     this step by train.patience_metric) ranks the best checkpoint (`rank`).
 
     The CRC of `state` is computed (synchronously) and stored in meta before the save.
     Another manager's save still running in this process is waited for first.
+    host_copy: the state is read to the host first, in one batched `jax.device_get`, and
+    that copy is checksummed and saved (it restores into device arrays alike), rather than
+    orbax reading each of its ~500 arrays to the host itself and the checksum once more:
+    the save then holds the loop about half as long (bench/save_stall.py). A state spread
+    over processes is saved from the device whatever this says.
     """
+    if host_copy and all(getattr(x, "is_fully_addressable", True)
+                         for x in jax.tree.leaves(state)):
+        state = jax.device_get(state)
     meta = {**meta, CHECKSUM_KEY: state_checksum(state)}
     with _SAVE_LOCK:
         for other in _LAST_SAVING:
