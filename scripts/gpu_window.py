@@ -34,8 +34,8 @@ scripts/gpu_window.sh, which prepares the machine first):
         [--plan PLAN.toml]
 
 Writes `<results>/gpu_tiny_recipe_time_to_result.json`, `gpu_seeds_together.json`,
-`gpu_save_stall.json`, `gpu_step_profile_tiny.json` and (bench/gpu_peer.py) `gpu_peer*.json`, each naming the
-device, and the measured runs' metrics.jsonl in `<results>/../runs/`; the sweep trains
+`gpu_save_stall.json`, `gpu_step_profile_tiny.json` and (bench/gpu_peer.py)
+`gpu_peer*.json`, each naming the device, and the measured runs' metrics.jsonl in `<results>/../runs/`; the sweep trains
 and collects in `runs/gpu_window/` of the repository (`--sweep_runs`, `--sweep_out`:
 ignored folders, which a warm lent machine keeps between calls, so a later call's sweep
 skips the runs done and resumes the one cut off), and its results are copied to
@@ -351,8 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_window: sweep exit {code}", flush=True)
 
     runs = {"recipe": recipe, "seeds": seeds_phase, "saves": saves, "profile": profile,
-            "peer": peer,
-            "sweep": sweep}
+            "peer": peer, "sweep": sweep}
     for phase in phases:
         if left() > PHASES[phase]:
             runs[phase]()
