@@ -35,15 +35,15 @@ scripts/gpu_window.sh, which prepares the machine first):
 
 Writes `<results>/gpu_tiny_recipe_time_to_result.json`, `gpu_seeds_together.json`,
 `gpu_save_stall.json`, `gpu_step_profile_tiny.json` and (bench/gpu_peer.py)
-`gpu_peer*.json`, each naming the device, and the measured runs' metrics.jsonl in `<results>/../runs/`; the sweep trains
-and collects in `runs/gpu_window/` of the repository (`--sweep_runs`, `--sweep_out`:
-ignored folders, which a warm lent machine keeps between calls, so a later call's sweep
-skips the runs done and resumes the one cut off), and its results are copied to
-`<results>/../sweep/<plan>` at the end: unpacked over the repository, they land where
-the next window's sweep reads them. A phase that does not fit in the
-time left is skipped. On a CPU, `--config configs/smoke.py` with a few steps tries the
-recipe and seeds phases (tests/test_gpu_window.py). The phases run in the order
-`--phases` names them.
+`gpu_peer*.json`, each naming the device, and the measured runs' metrics.jsonl in
+`<results>/../runs/`; the sweep trains and collects in `runs/gpu_window/` of the
+repository (`--sweep_runs`, `--sweep_out`: ignored folders, which a warm lent machine
+keeps between calls, so a later call's sweep skips the runs done and resumes the one cut
+off), and its results are copied to `<results>/../sweep/<plan>` at the end: unpacked over
+the repository, they land where the next window's sweep reads them. A phase that does not
+fit in the time left is skipped. On a CPU, `--config configs/smoke.py` with a few steps
+tries the recipe, seeds and saves phases (tests/test_gpu_window.py). The phases run in the
+order `--phases` names them.
 """
 
 from __future__ import annotations
