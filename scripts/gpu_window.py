@@ -42,7 +42,7 @@ keeps between calls, so a later call's sweep skips the runs done and resumes the
 off), and its results are copied to `<results>/../sweep/<plan>` at the end: unpacked over
 the repository, they land where the next window's sweep reads them. A phase that does not
 fit in the time left is skipped. On a CPU, `--config configs/smoke.py` with a few steps
-tries the recipe, seeds and saves phases (tests/test_gpu_window.py). The phases run in the
+tries the recipe and seeds phases (tests/test_gpu_window.py). The phases run in the
 order `--phases` names them.
 """
 

@@ -1,5 +1,5 @@
 """scripts/gpu_window.{sh,py}, the lent-GPU window's one command, tried on the CPU with the
-smoke config: the recipe, seeds and saves phases write their JSONs and bring back the measured
+smoke config: the recipe and seeds phases write their JSONs and bring back the measured
 runs' metrics, a later call's sweep goes on from an earlier call's, a later window's from
 the results an earlier window brought back, and the shell wrapper hands everything back
 as one archive in parts."""
@@ -23,7 +23,7 @@ SMOKE = ("--config", "configs/smoke.py", "--steps", "40", "--log_every", "10")
 def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
     results, work = tmp_path / "out" / "results" / "bench", tmp_path / "work"
     done = subprocess.run(
-        [sys.executable, "scripts/gpu_window.py", *SMOKE, "--phases", "recipe,seeds,saves",
+        [sys.executable, "scripts/gpu_window.py", *SMOKE, "--phases", "recipe,seeds",
          "--seeds", "2", "--seed_steps", "20", "--seeds_override=--config.data.pack_length=64",
          # As the recipes: saves every 5 steps over the last 10 (the seeds phase makes none).
          "--override=--config.checkpoint.last_every_steps=5",
@@ -57,10 +57,6 @@ def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
     assert [r["exit_code"] for r in two["runs"]] == [0, 0] and len(two["ms_per_step"]) == 2
     assert "ratio_two_processes_to_one" in seeds
 
-    saves = json.loads((results / "gpu_save_stall.json").read_text())
-    assert saves["config"] == "configs/smoke.py" and saves["saves"] == 8
-    assert all(v["held_s"] > 0 and v["profile_top"] for v in saves["variants"].values())
-
     runs = results.parent / "runs"
     for name in ("recipe_run", "seeds_one", "seeds_together_seed0", "seeds_together_seed1"):
         steps = [json.loads(line)["step"] for line in
@@ -85,6 +81,21 @@ def test_side_by_side_runs_are_timed_over_the_span_they_share(tmp_path):
     assert gpu_window.overlap_ms_per_step([tmp_path / "a", tmp_path / "b"]) == [
         pytest.approx(20.0), pytest.approx(20.0)]
     assert gpu_window.overlap_ms_per_step([tmp_path / "a", tmp_path / "none"]) == [None, None]
+
+
+def test_the_saves_phase_runs_the_save_benchmark_on_the_windows_config(tmp_path, monkeypatch):
+    """Its command (bench/save_stall.py itself is smoke-tested in tests/test_bench.py)."""
+    calls = []
+    monkeypatch.setattr(gpu_window, "run_process",
+                        lambda argv, log, limit: calls.append((argv, log, limit)) or (0, False))
+    args = gpu_window.argparse.Namespace(config="configs/smoke.py", results=tmp_path / "bench",
+                                         work=tmp_path / "work")
+    assert gpu_window.phase_saves(args, lambda: 100.0) == (0, False)
+    [(argv, log, limit)] = calls
+    assert argv[1:3] == ["bench/save_stall.py", "--config"] and argv[3] == "configs/smoke.py"
+    assert "--profile" in argv and argv[argv.index("--json") + 1] == str(
+        tmp_path / "bench" / "gpu_save_stall.json")
+    assert log == tmp_path / "work" / "saves.log" and limit == 100.0
 
 
 def test_a_validation_is_timed_from_the_train_event_of_its_step():
