@@ -13,6 +13,16 @@ def write_json(path: Path, result: dict) -> None:
     path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
 
 
+def load_config_file(path: str | Path):
+    """A config file's `get_config()` (a recipe named by path, as train.py's --config)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
 def finish(args, run, print_table) -> dict:
     """What every benchmark's main does after parsing: `run(args)`, print its table and,
     with --json, write the result. Bad input (a UserError) is one `error:` line, exit 2."""

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib.util
 import io
 import pstats
 import statistics
@@ -47,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import finish  # noqa: E402
+from bench import finish, load_config_file  # noqa: E402
 
 PARTS = ("finite_check_s", "save_s", "held_s", "checksum_s")
 
@@ -72,14 +71,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not Path(args.config).is_file():
         parser.error(f"--config: no such file: {args.config}")
     return args
-
-
-def load_config(path: str):
-    """A config file's `get_config()`."""
-    spec = importlib.util.spec_from_file_location("bench_save_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
 
 
 def profile_top(profiler: cProfile.Profile, n: int = 25) -> list[dict]:
@@ -137,12 +128,11 @@ def time_saves(args: argparse.Namespace, state: dict, host_copy: bool) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     import jax
-    import numpy as np
 
     from bench.matmul_peak import host_cpu
     from training.step import create_train_state
 
-    cfg = load_config(args.config)
+    cfg = load_config_file(args.config)
     _, state = create_train_state(cfg, cfg.data.vocab_size, cfg.data.vocab_size)
     state = jax.block_until_ready(state)
     leaves = jax.tree.leaves(state)
@@ -150,7 +140,7 @@ def run(args: argparse.Namespace) -> dict:
                 for name in args.variants}
     return {"variants": variants, "saves": args.saves, "apart_s": args.apart_s,
             "config": args.config, "arrays": len(leaves),
-            "state_mb": round(sum(np.asarray(x).nbytes for x in leaves) / 2**20, 1),
+            "state_mb": round(sum(x.nbytes for x in leaves) / 2**20, 1),
             "device": str(jax.devices()[0]), "jax_version": jax.__version__,
             "machine": host_cpu(), "time": time.time()}
 

@@ -246,15 +246,11 @@ def xla_flops_check(train_step, state, batch: Batch, counter: FlopCounter, mesh)
 def make_config(args: argparse.Namespace):
     """configs/multi30k_de_en_cpu.py (or `--config`'s recipe) with the model size,
     vocabulary, budget, packing and dtype set."""
-    import importlib.util
-
+    from bench import load_config_file
     from configs import multi30k_de_en_cpu
 
     if args.config:
-        spec = importlib.util.spec_from_file_location("bench_recipe", args.config)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        cfg = module.get_config()
+        cfg = load_config_file(args.config)
     else:
         cfg = multi30k_de_en_cpu.get_config()
         # The benchmark's own batch, as every recorded figure was measured: padded length

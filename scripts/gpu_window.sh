@@ -5,10 +5,11 @@
 # persistent compilation cache in /tmp/xla_cache), then scripts/gpu_window.py measures
 # the tiny recipe's launch to step 8,000, 8 seeds together against one, what a save holds
 # the loop up, the tiny step's profile, and the base model in bf16 against PyTorch
-# (bench/gpu_peer.py), and spends what is left of the deadline on the sweep plan (--plan). What comes back is $OUT/gpu_window.tgz.part00, 01..
-# of results/: bench/gpu_*.json (each names the device), runs/ (the measured runs'
-# metrics.jsonl), sweep/ (scripts/sweep.py's folder), logs/. A call is at most 600 s:
-# the default deadline, 570 s, leaves room to hand back.
+# (bench/gpu_peer.py), and spends what is left of the deadline on the sweep plan (--plan).
+# What comes back is $OUT/gpu_window.tgz.part00, 01.. of results/: bench/gpu_*.json (each
+# names the device), runs/ (the measured runs' metrics.jsonl), sweep/ (scripts/sweep.py's
+# folder), logs/. A call is at most 600 s: the default deadline, 570 s, leaves room to
+# hand back.
 set -u
 export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
