@@ -179,6 +179,5 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
                                length_penalty=cfg.eval.length_penalty, step=step,
                                contributions=cfg.attention_maps.get("contributions", False))
             stem = f"valid_step{step:07d}_{maps.decode}"
-            save_maps(workdir / "attention" / f"{stem}.npz", maps)
-            previews.submit(maps, workdir / "attention", stem)
+            previews.submit(maps, save_maps(workdir / "attention" / f"{stem}.npz", maps))
     return {"loss": losses["loss"], "bleu": scores["bleu"]}

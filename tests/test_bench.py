@@ -193,7 +193,9 @@ def test_previews_smoke(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data["figures"] == 2  # the all-layer mean and the last layer of one example
-    for key in ("savefig_s", "inline_s", "background_held_s", "background_drain_s"):
+    for key in ("savefig_s", "inline_s", "thread_held_s", "thread_drain_s", "process_held_s",
+                "process_drain_s", "loop_alone_ms", "loop_beside_thread_ms",
+                "loop_beside_process_ms"):
         assert data[key] > 0 and len(data["runs"][key]) == 1, key
 
 

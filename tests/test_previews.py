@@ -1,8 +1,13 @@
-"""Validation's previews drawn on a background thread (evaluation/previews.py) are the
-ones drawn in line: the same PNG pixels, the same TensorBoard images, every job done by
-`close`, and a job's error raised, not lost."""
+"""Validation's previews drawn by the drawing process (evaluation/previews.py,
+evaluation/preview_worker.py) are the ones drawn in line: the same PNG pixels, the same
+TensorBoard images, every job done by `close`, and a job's error raised, not lost."""
 
+import os
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +15,7 @@ from PIL import Image
 from test_mapfile import make_maps
 
 from attention.heatmaps import heatmap_figure, render, save_png
+from attention.mapfile import save_maps
 from evaluation.previews import PreviewDrawer
 
 
@@ -35,17 +41,22 @@ def test_a_png_holds_the_pixels_of_its_one_drawing(tmp_path):
     np.testing.assert_array_equal(pixels(path), render(heatmap_figure(maps, 1, "cross")))
 
 
+def save(maps, folder, stem):
+    folder.mkdir(exist_ok=True)
+    return save_maps(folder / f"{stem}.npz", maps)
+
+
 def test_background_previews_equal_the_ones_drawn_in_line(tmp_path):
     maps = make_maps()
     logs = {"inline": RecordingLog(), "background": RecordingLog()}
     for name, log in logs.items():
         drawer = PreviewDrawer(log, background=name == "background")
         for stem in ("valid_a", "valid_b"):  # two validations queued behind each other
-            drawer.submit(maps, tmp_path / name, stem)
+            drawer.submit(maps, save(maps, tmp_path / name, stem))
         drawer.close()
         drawer.raise_error()
-    inline = sorted(p.name for p in (tmp_path / "inline").iterdir())
-    assert inline == sorted(p.name for p in (tmp_path / "background").iterdir())
+    inline = sorted(p.name for p in (tmp_path / "inline").glob("*.png"))
+    assert inline == sorted(p.name for p in (tmp_path / "background").glob("*.png"))
     assert len(inline) == 2 * 2 * maps.num_examples  # (mean, last layer) per example
     for name in inline:
         np.testing.assert_array_equal(pixels(tmp_path / "inline" / name),
@@ -62,19 +73,66 @@ def test_background_previews_equal_the_ones_drawn_in_line(tmp_path):
     assert logs["background"].threads.isdisjoint({threading.get_ident()})
 
 
+def test_the_drawing_is_another_process_that_never_imports_jax(tmp_path):
+    drawer = PreviewDrawer(RecordingLog())
+    drawer.submit(make_maps(), save(make_maps(), tmp_path, "valid"))
+    worker = drawer._worker.pid
+    assert worker != os.getpid()
+    modules = subprocess.run(
+        [sys.executable, "-c", "import sys, evaluation.preview_worker; "
+         "print('jax' in sys.modules, 'flax' in sys.modules)"],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1])
+    assert modules.stdout.split() == ["False", "False"]
+    drawer.close()
+    drawer.raise_error()
+
+
+def test_a_signal_to_the_trainers_process_group_leaves_queued_previews_drawn(tmp_path):
+    """Ctrl-C goes to the terminal's process group: the worker is in a group of its own,
+    or the trainer's clean stop (save, then exit 130) would end in the previews' error."""
+    maps = make_maps()
+    drawer = PreviewDrawer(RecordingLog())
+    drawer.submit(maps, save(maps, tmp_path, "valid"))
+    assert os.getpgid(drawer._worker.pid) != os.getpgid(0)
+    drawer.close()
+    drawer.raise_error()
+    assert len(list(tmp_path.glob("valid.*.png"))) == 2 * maps.num_examples
+
+
+def wait_for_error(drawer, seconds=60.0):
+    end = time.monotonic() + seconds
+    while drawer.error is None and time.monotonic() < end:
+        time.sleep(0.05)
+
+
 def test_a_failed_drawing_is_raised_by_the_next_submit_and_after_close(tmp_path):
     maps = make_maps()
-    blocker = tmp_path / "not_a_folder"
-    blocker.write_text("a file where the previews' folder should be")
+    map_file = save(maps, tmp_path, "valid")
+    blocker = tmp_path / "valid.ex0.cross.mean.mean.png"
+    blocker.mkdir()  # a folder where a preview should be written
     drawer = PreviewDrawer(RecordingLog())
-    drawer.submit(maps, blocker, "valid")
+    drawer.submit(maps, map_file)
     drawer.close()
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as raised:
         drawer.raise_error()
+    assert raised.value.errno is not None and "valid.ex0.cross.mean.mean" in str(raised.value)
 
     drawer = PreviewDrawer(RecordingLog())
-    drawer.submit(maps, blocker, "valid")
-    drawer._jobs[0].exception()  # wait for it to fail
+    drawer.submit(maps, map_file)
+    wait_for_error(drawer)
     with pytest.raises(OSError):
-        drawer.submit(maps, tmp_path / "ok", "valid")
+        drawer.submit(maps, save(maps, tmp_path, "other"))
     drawer.close()
+
+
+def test_a_worker_that_dies_is_an_error_naming_the_undrawn_map(tmp_path):
+    maps = make_maps()
+    drawer = PreviewDrawer(RecordingLog())
+    drawer.submit(maps, save(maps, tmp_path, "valid_a"))
+    drawer._worker.kill()
+    drawer._worker.wait()
+    with pytest.raises(RuntimeError, match="exited"):
+        for stem in ("valid_b", "valid_c"):  # the pipe may take one line before it breaks
+            drawer.submit(maps, save(maps, tmp_path, stem))
+        drawer.close()
+        drawer.raise_error()
