@@ -250,7 +250,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     saver = Saver(manager, loop, lambda at: finished_reason(at, loop, cfg.train), train_seconds,
                   cfg.train.patience_metric, (cfg.train.num_steps, cfg.checkpoint.keep,
                                               cfg.checkpoint.last_every_steps))
-    hooks = [Hook("budget", 1, clock),  # first: the factor the step just trained with
+    hooks = [Hook("budget_clock", 1, clock),  # first: the factor the step just trained with
              Hook("log", cfg.train.log_every_steps, logger),
              Hook("validate", cfg.eval.every_steps, validation, at_end=Tick.ends_unsignalled),
              Hook("checkpoint", cfg.checkpoint.every_steps, saver, also=saver.also_due)]
@@ -274,7 +274,7 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
             # Known before this step's validation: train.num_steps, the budget, a signal.
             final = bool(finished_reason(step, loop, cfg.train)) or bool(stop.signum)
             tick = Tick(step, state, final, stop)
-            run_hooks(hooks, tick)
+            run_hooks(hooks, tick, logger.hook_seconds)
             if tick.stopping:
                 break
             if why := finished_reason(step, loop, cfg.train):  # after validation: patience too

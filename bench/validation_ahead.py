@@ -79,9 +79,10 @@ def _train(argv: list[str], cache: Path, name: str) -> float:
 def validation_seconds(events: list[dict]) -> dict[str, float]:
     """{step: seconds its validation held training up}, from metrics.jsonl's events: its
     valid event less the train event of the same step, written just before it (steps
-    with both)."""
+    with both), less the attention maps recorded before the valid event was written
+    (its `seconds_maps`): the validation's loss and decoding, and what it waited for."""
     train = {e["step"]: e["time"] for e in events if e["split"] == "train"}
-    return {str(e["step"]): round(e["time"] - train[e["step"]], 2)
+    return {str(e["step"]): round(e["time"] - train[e["step"]] - e.get("seconds_maps", 0.0), 2)
             for e in events if e["split"] == "valid" and e["step"] in train}
 
 

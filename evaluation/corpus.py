@@ -147,8 +147,11 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
     attention maps of the first `attention_maps.num_examples` sentences (their PNG and
     TensorBoard previews handed to `previews`, which may draw them later). With
     `eval.decode` off, the teacher-forced loss alone (no decoding, BLEU or maps; the event
-    says decode "none" and has no bleu).
+    says decode "none" and has no bleu). The event also says where the validation's wall
+    time went: `seconds_loss`, `seconds_decode` (decoding and scoring), `seconds_maps`
+    (recording and writing the maps, handing them to `previews`).
     Returns {"loss": label-smoothed loss per target token, "bleu": BLEU or None}."""
+    start = time.perf_counter()
     sources, targets = validation_split(cfg, valid)
     totals = {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0.0}
     for batch, _ in eval_batches(tokenizer.encode_source(sources), tokenizer.encode_target(targets),
@@ -159,18 +162,19 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
     tokens = max(totals["tokens"], 1.0)
     losses = {"loss": totals["loss_sum"] / tokens, "nll": totals["nll_sum"] / tokens,
               "ppl": float(np.exp(totals["nll_sum"] / tokens))}
+    seconds = {"seconds_loss": round(time.perf_counter() - start, 4)}
     if not cfg.eval.get("decode", True):
-        log.write(step, "valid", **losses, decode="none", num_sentences=len(sources))
+        log.write(step, "valid", **losses, decode="none", num_sentences=len(sources), **seconds)
         return {"loss": losses["loss"], "bleu": None}
+    start = time.perf_counter()
     model = nnx.merge(graphdef, params)
     hyps, _ = translate_lines(model, tokenizer, sources, beam_size=cfg.eval.beam_size,
                               length_penalty=cfg.eval.length_penalty,
                               batch_size=cfg.eval.batch_size, bucket_step=cfg.data.bucket_step)
     protocol = protocol_of(cfg.data)
     scores = score(hyps, list(targets), text_protocol=protocol)
-    log.write(step, "valid", **losses, bleu=scores["bleu"], chrf=scores["chrf"],
-              decode="greedy" if cfg.eval.beam_size == 1 else "beam", num_sentences=len(sources),
-              **({} if protocol == RAW else {"text_protocol": protocol}))
+    seconds["seconds_decode"] = round(time.perf_counter() - start, 4)
+    start = time.perf_counter()
     n = cfg.attention_maps.num_examples
     if cfg.attention_maps.enabled and n > 0 and jax.process_index() == 0:
         src_ids = tokenizer.encode_source(valid[0][:n])
@@ -180,4 +184,8 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
                                contributions=cfg.attention_maps.get("contributions", False))
             stem = f"valid_step{step:07d}_{maps.decode}"
             previews.submit(maps, save_maps(workdir / "attention" / f"{stem}.npz", maps))
+    seconds["seconds_maps"] = round(time.perf_counter() - start, 4)
+    log.write(step, "valid", **losses, bleu=scores["bleu"], chrf=scores["chrf"],
+              decode="greedy" if cfg.eval.beam_size == 1 else "beam", num_sentences=len(sources),
+              **({} if protocol == RAW else {"text_protocol": protocol}), **seconds)
     return {"loss": losses["loss"], "bleu": scores["bleu"]}

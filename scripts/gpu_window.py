@@ -102,6 +102,18 @@ def steady_ms_per_step(workdir: Path, after: int = 100) -> float | None:
     return 1000 * seconds / steps if steps else None
 
 
+def hook_seconds(train: list[dict]) -> dict[str, float]:
+    """Each hook's wall seconds over a run's train events (`seconds_in_<hook>`: saves,
+    validations, logs; the last step's validation and save come after its last event)."""
+    totals: dict[str, float] = {}
+    for event in train:
+        for key, value in event.items():
+            if key.startswith("seconds_in_"):
+                name = key[len("seconds_in_"):]
+                totals[name] = round(totals.get(name, 0.0) + value, 2)
+    return totals
+
+
 def overlap_ms_per_step(workdirs: list[Path], after: int = 100) -> list[float | None]:
     """Each run's ms per step while all of them were stepping (past step `after`): between
     its first and last train log inside the span they share (runs side by side start
@@ -156,6 +168,10 @@ def phase_recipe(args, left) -> dict:
         "ms_per_step_steady": ms,
         "valid_bleu": {str(e["step"]): e.get("bleu") for e in log if e["split"] == "valid"},
         "validation_s": validation_seconds(log),
+        "validation_parts_s": {str(e["step"]): {k: e.get(f"seconds_{k}") for k in
+                                                ("loss", "decode", "maps")}
+                               for e in log if e["split"] == "valid"},
+        "seconds_in_hooks": hook_seconds(train),
         "launch_to_last_step_s": round(wall, 1) if last >= target else (
             round(wall + (target - last) * ms / 1000, 1) if ms else None),
         "projected": last < target}

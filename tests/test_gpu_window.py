@@ -38,6 +38,9 @@ def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
     assert run["launch_to_last_step_s"] == run["launch_to_exit_s"] > 0
     assert run["ms_per_step_steady"] > 0 and "40" in run["valid_bleu"]
     assert set(run["validation_s"]) == {"20", "40"} and min(run["validation_s"].values()) > 0
+    assert set(run["validation_parts_s"]) == {"20", "40"}
+    assert all(min(parts.values()) > 0 for parts in run["validation_parts_s"].values())
+    assert run["seconds_in_hooks"]["validate"] > 0 and run["seconds_in_hooks"]["checkpoint"] > 0
 
     seeds = json.loads((results / "gpu_seeds_together.json").read_text())
     assert seeds["overrides"] == ["--config.data.pack_length=64"]
@@ -102,6 +105,14 @@ def test_a_validation_is_timed_from_the_train_event_of_its_step():
     log = [{"split": "train", "step": 100, "time": 10.0}, {"split": "valid", "step": 100, "time": 13.5},
            {"split": "train", "step": 200, "time": 20.0}, {"split": "valid", "step": 250, "time": 30.0}]
     assert gpu_window.validation_seconds(log) == {"100": 3.5}  # 250 has no train event
+    log[1]["seconds_maps"] = 1.25  # recorded before the valid event was written
+    assert gpu_window.validation_seconds(log) == {"100": 2.25}
+
+
+def test_the_hooks_seconds_are_summed_over_the_runs_train_events():
+    train = [{"step": 50, "seconds_in_log": 0.25, "seconds_in_checkpoint": 0.0},
+             {"step": 100, "seconds_in_log": 0.5, "seconds_in_checkpoint": 1.75, "loss": 2.0}]
+    assert gpu_window.hook_seconds(train) == {"log": 0.75, "checkpoint": 1.75}
 
 
 def test_the_sweep_runs_side_by_side_only_where_the_window_measured_it_pays():

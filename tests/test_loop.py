@@ -164,3 +164,33 @@ def test_train_log_reports_the_windows_gradient_norm_mean_and_max_and_token_weig
                 jnp.float32(0.5)}, 1, 0.0, epoch=1)  # the next window starts afresh
     logger(hooks.Tick(4, {"nonfinite_step": jnp.int32(-1)}, False, types.SimpleNamespace(signum=0)))
     assert written[1]["grad_norm_mean"] == 0.5 and written[1]["grad_norm_max"] == 0.5
+
+
+def test_the_log_reports_each_hooks_seconds_in_its_window_even_those_after_it_in_a_step():
+    """run_hooks times every hook into the logger's dict; the log hook clears that dict in
+    place, so a hook that runs after it in the same step (validation at a log step) is
+    counted in the next window, not lost to a dict the log replaced."""
+    import time
+    import types
+
+    import jax.numpy as jnp
+
+    from training import hooks
+
+    written = []
+    log = types.SimpleNamespace(write=lambda step, split, **values: written.append(values))
+    progress = types.SimpleNamespace(set_postfix=lambda **kw: None)
+    logger = hooks.MetricsLogger(log, lambda step: 0.5, types.SimpleNamespace(used=1.0), None,
+                                 progress, lambda: 0.0)
+    slow = hooks.Hook("validate", 2, lambda tick: time.sleep(0.05))
+    registered = [hooks.Hook("log", 2, logger), slow, hooks.Hook("never", 0, lambda tick: None)]
+    stop = types.SimpleNamespace(signum=0)
+    for step in range(1, 5):
+        logger.add({"loss_sum": jnp.float32(1.0), "tokens": jnp.float32(1),
+                    "grad_norm": jnp.float32(1.0)}, 1, 0.0, epoch=1)
+        tick = hooks.Tick(step, {"nonfinite_step": jnp.int32(-1)}, False, stop)
+        hooks.run_hooks(registered, tick, logger.hook_seconds)
+    first, second = written
+    assert first["seconds_in_validate"] == 0.0 and first["seconds_in_never"] == 0.0
+    assert second["seconds_in_validate"] >= 0.05  # step 2's validation, after step 2's log
+    assert second["seconds_in_log"] > 0 and second["seconds_in_never"] == 0.0

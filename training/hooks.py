@@ -6,12 +6,14 @@ loop itself is a few lines (levanter's habit):
              Hook("checkpoint", cfg.checkpoint.every_steps, saver, also=saver.also_due)]
     while ...:
         state, metrics = train_step(state, batch)
-        run_hooks(hooks, Tick(step, state, final=..., stop=stop))
+        run_hooks(hooks, Tick(step, state, final=..., stop=stop), logger.hook_seconds)
 
 After every step each hook in turn asks the one predicate of every periodic action,
 `itstime(step, every, at_end(tick))` (training/loop.py), or its own `also(tick)` (the
 checkpoint after a validation, say); the hooks run in the order they are listed, and
-see what the earlier ones of that step left on the tick (a validation's BLEU).
+see what the earlier ones of that step left on the tick (a validation's BLEU). The
+seconds each hook holds the loop go into the train events (`seconds_in_<hook>`), so a
+run's metrics say where its wall time went besides the steps.
 
 The hooks of train.py live here (`MetricsLogger`, `BudgetClock`, `Saver`) but for its
 validation, which comes from evaluation/ (training does not import it).
@@ -98,11 +100,18 @@ class Hook:
     also: Callable[[Tick], bool] = lambda tick: False
 
 
-def run_hooks(hooks: list[Hook], tick: Tick) -> None:
-    """Run, in order, the hooks due after `tick.step`."""
+def run_hooks(hooks: list[Hook], tick: Tick, seconds: dict[str, float] | None = None) -> None:
+    """Run, in order, the hooks due after `tick.step`; with `seconds`, each hook's wall
+    seconds are added to `seconds[hook.name]` (every hook named, 0.0 when it did not run):
+    the log hook reports them (`MetricsLogger.hook_seconds`)."""
     for hook in hooks:
         if itstime(tick.step, hook.every, hook.at_end(tick)) or hook.also(tick):
+            start = time.perf_counter()
             hook.run(tick)
+            if seconds is not None:
+                seconds[hook.name] = seconds.get(hook.name, 0.0) + time.perf_counter() - start
+        elif seconds is not None:
+            seconds.setdefault(hook.name, 0.0)
 
 
 def check_finite(state: dict, manager) -> None:
@@ -135,17 +144,25 @@ class MetricsLogger:
     """The "log" hook: the train event of metrics.jsonl / TensorBoard over the steps since
     the last one. `add` sums each step's metrics on the device (one small dispatch, no
     sync); the hook fetches the sums once: fetching every step's scalars one by one cost
-    the host more than a micro model's step (bench/host_overhead.py)."""
+    the host more than a micro model's step (bench/host_overhead.py).
+
+    `hook_seconds`, filled by `run_hooks`, is logged as `seconds_in_<hook>`: the wall
+    seconds each hook held the loop in the window (its own log run counts in the next
+    one). On an accelerator a hook's first host sync also waits for the steps queued
+    before it: the log hook's seconds hold the device's backlog, not only its own work.
+    """
 
     def __init__(self, log: MetricsLog, schedule, clock: BudgetClock, manager, progress,
                  compile_seconds: Callable[[], float]):
         self.log, self.schedule, self.clock, self.manager = log, schedule, clock, manager
         self.progress, self.compile_seconds = progress, compile_seconds
         self.epoch = 0
+        self.hook_seconds: dict[str, float] = {}
         self._reset()
 
     def _reset(self) -> None:
         self.sums, self.steps, self.start, self.tokens, self.wait = None, 0, time.time(), 0, 0.0
+        self.hook_seconds.clear()  # in place: run_hooks may be filling it as we log
 
     def add(self, metrics: dict, tokens: int, input_wait: float, epoch: int) -> None:
         """One step's metrics (device scalars: sums over its tokens, and its grad_norm),
@@ -174,7 +191,9 @@ class MetricsLogger:
                        grad_norm_mean=float(sums["grad_norm_total"]) / self.steps,
                        grad_norm_max=float(sums["grad_norm_max"]),
                        epoch=self.epoch, compile_seconds=self.compile_seconds(),
-                       input_wait_fraction=self.wait / window)
+                       input_wait_fraction=self.wait / window,
+                       **{f"seconds_in_{name}": round(seconds, 4)
+                          for name, seconds in self.hook_seconds.items()})
         self.progress.set_postfix(loss=f"{loss:.3f}", tok_s=f"{self.tokens / window:.0f}")
         self._reset()
 
