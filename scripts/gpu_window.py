@@ -16,12 +16,17 @@ scripts/gpu_window.sh, which prepares the machine first):
   3. saves: bench/save_stall.py on the recipe's train state: what a checkpoint save holds
      the loop up, in parts (the finite check, the checksum, orbax's call), the background
      write after it, and cProfile's view of one save.
-  4. profile: bench/step_profile.py on the recipe's model (tiny) at 4,096 tokens: step
+  4. compile: the recipe's train.py for `--compile_steps` steps (one validation, no
+     saves but the last) once per `--compile_variant NAME=FLAGS`, each FLAGS added to
+     XLA_FLAGS, each with an empty compilation cache of its own: what XLA's settings do
+     to a cold launch's compile seconds and to the steps after it (default: the
+     window's own flags, autotuning off, against XLA's defaults).
+  5. profile: bench/step_profile.py on the recipe's model (tiny) at 4,096 tokens: step
      against dispatch time and the device-busy time of a trace (host- or device-bound),
      for each of `--profile_variants` (default `pure`, one seed; `stacked` and
      `together` step `--seeds` seeds as one program).
-  5. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
-  6. sweep: scripts/sweep.py on a plan with the minutes left, going on from the earlier
+  6. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
+  7. sweep: scripts/sweep.py on a plan with the minutes left, going on from the earlier
      windows' results committed in `results/sweep/<plan>/` (`--sweep_earlier`), two runs
      side by side where the seeds phase found that two processes pay (`--sweep_parallel
      auto`: each at most 1.5 times as slow as one alone), else one at a time: each
@@ -29,12 +34,12 @@ scripts/gpu_window.sh, which prepares the machine first):
      training split come back; checkpoints only with --sweep_pack (a lent machine hands
      back 64 MiB: about two seeds' checkpoints).
 
-    python scripts/gpu_window.py [--phases recipe,seeds,saves,profile,peer,sweep] (in that order)
+    python scripts/gpu_window.py [--phases recipe,seeds,saves,compile,profile,peer,sweep]
         [--deadline_s 570] [--results $OUT/results/bench] [--work /tmp/gpu_window]
         [--plan PLAN.toml]
 
 Writes `<results>/gpu_tiny_recipe_time_to_result.json`, `gpu_seeds_together.json`,
-`gpu_save_stall.json`, `gpu_step_profile_tiny.json` and (bench/gpu_peer.py)
+`gpu_save_stall.json`, `gpu_compile_variants.json`, `gpu_step_profile_tiny.json` and (bench/gpu_peer.py)
 `gpu_peer*.json`, each naming the device, and the measured runs' metrics.jsonl in
 `<results>/../runs/`; the sweep trains and collects in `runs/gpu_window/` of the
 repository (`--sweep_runs`, `--sweep_out`: ignored folders, which a warm lent machine
@@ -51,6 +56,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,7 +66,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # Each phase, and the seconds it needs left before the deadline to start.
-PHASES = {"recipe": 0, "seeds": 60, "saves": 45, "profile": 90, "peer": 120, "sweep": 150}
+PHASES = {"recipe": 0, "seeds": 60, "saves": 45, "compile": 60, "profile": 90, "peer": 120,
+          "sweep": 150}
+# `--compile_variant`'s default: the flags scripts/device_env.sh gives every run (no GEMM
+# autotuning: it compiled dozens of kernel variants a shape), against XLA's own defaults.
+COMPILE_VARIANTS = ["window=",
+                    "xla_defaults=--xla_gpu_autotune_level=4 --xla_gpu_enable_triton_gemm=true"]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO))
 from sweep import run_process, write_json  # noqa: E402
@@ -252,6 +263,36 @@ def phase_saves(args, left) -> tuple[int, bool]:
     return run_process(argv, args.work / "saves.log", left())
 
 
+def phase_compile(args, left) -> dict:
+    """The recipe's short run once per `--compile_variant` (module docstring): a later
+    variant's flags override the window's where they name the same flag."""
+    result = {"config": args.config, "overrides": args.override, "steps": args.compile_steps,
+              "base_xla_flags": os.environ.get("XLA_FLAGS", ""), "runs": {}}
+    for variant in args.compile_variant:
+        name, _, flags = variant.partition("=")
+        work = args.work / "compile" / name
+        shutil.rmtree(work, ignore_errors=True)  # cold: no checkpoint, no cached program
+        env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(work / "xla_cache"),
+               "XLA_FLAGS": f"{result['base_xla_flags']} {flags}".strip()}
+        argv = train_argv(args.config, work / "run", args.override,
+                          f"--config.train.num_steps={args.compile_steps}",
+                          f"--config.eval.every_steps={args.compile_steps}",
+                          "--config.checkpoint.every_steps=100000",
+                          "--config.checkpoint.last_every_steps=0")
+        start = time.time()
+        code, cut = run_process(argv, args.work / f"compile_{name}.log", left(), env=env)
+        log = events(work / "run")
+        keep_metrics(args, work / "run", f"compile_{name}")
+        result["runs"][name] = {
+            "xla_flags": env["XLA_FLAGS"], "exit_code": code, "cut": cut,
+            "launch_to_exit_s": round(time.time() - start, 1),
+            "compile_seconds": last_compile_seconds(work / "run"),
+            "ms_per_step_steady": steady_ms_per_step(work / "run", after=args.log_every),
+            "valid_bleu": {str(e["step"]): e.get("bleu") for e in log if e["split"] == "valid"},
+            "seconds_in_hooks": hook_seconds([e for e in log if e["split"] == "train"])}
+    return result
+
+
 def phase_profile(args, left) -> tuple[int, bool]:
     """bench/step_profile.py: the recipe's model (tiny) on one 4,096-token batch shape."""
     argv = [sys.executable, "bench/step_profile.py", "--size", "tiny", "--batch_tokens", "4096",
@@ -277,7 +318,7 @@ def keep_metrics(args, workdir: Path, name: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--phases", default="recipe,seeds,saves,profile,peer,sweep")
+    parser.add_argument("--phases", default="recipe,seeds,saves,compile,profile,peer,sweep")
     parser.add_argument("--deadline_s", type=float, default=570.0,
                         help="seconds from start to the last phase's end [570]")
     parser.add_argument("--config", default="configs/multi30k_de_en.py")
@@ -286,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8000, help="the recipe's last step")
     parser.add_argument("--recipe_warmup_steps", type=int, default=50,
                         help="the recipe's warm-up run (0: none, a cold launch) [50]")
+    parser.add_argument("--compile_variant", action="append", default=None,
+                        help="NAME=XLA_FLAGS of the compile phase (repeatable) "
+                             f"[{'; '.join(COMPILE_VARIANTS)}]")
+    parser.add_argument("--compile_steps", type=int, default=600)
     parser.add_argument("--profile_variants", default="pure",
                         help="bench/step_profile.py's variants [pure]")
     parser.add_argument("--seeds", type=int, default=8)
@@ -316,6 +361,11 @@ def main(argv: list[str] | None = None) -> int:
     args.sweep_runs, args.sweep_out = REPO / args.sweep_runs, REPO / args.sweep_out
     plan_name = Path(args.plan).stem
     args.sweep_earlier = REPO / (args.sweep_earlier or Path("results/sweep") / plan_name)
+    args.compile_variant = args.compile_variant or COMPILE_VARIANTS
+    if bad := [v for v in args.compile_variant
+               if "=" not in v or not re.fullmatch(r"\w+", v.partition("=")[0])]:
+        print(f"error: --compile_variant wants NAME=XLA_FLAGS, got {bad}", file=sys.stderr)
+        return 2
     if args.seeds_override is None:
         args.seeds_override = ["--config.data.pack_length=64", "--config.train.batch_tokens=2944"]
     start = time.time()
@@ -348,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
         code, cut = phase_saves(args, left)
         print(f"gpu_window: saves exit {code}{' (deadline)' if cut else ''}", flush=True)
 
+    def compile_phase() -> None:
+        result = {"device": device, **phase_compile(args, left)}
+        write_json(args.results / "gpu_compile_variants.json", result)
+        print(f"gpu_window: compile {json.dumps(result['runs'])}", flush=True)
+
     def profile() -> None:
         code, cut = phase_profile(args, left)
         print(f"gpu_window: profile exit {code}{' (deadline)' if cut else ''}", flush=True)
@@ -366,8 +421,8 @@ def main(argv: list[str] | None = None) -> int:
                             dirs_exist_ok=True)
         print(f"gpu_window: sweep exit {code}", flush=True)
 
-    runs = {"recipe": recipe, "seeds": seeds_phase, "saves": saves, "profile": profile,
-            "peer": peer, "sweep": sweep}
+    runs = {"recipe": recipe, "seeds": seeds_phase, "saves": saves, "compile": compile_phase,
+            "profile": profile, "peer": peer, "sweep": sweep}
     for phase in phases:
         if left() > PHASES[phase]:
             runs[phase]()

@@ -83,11 +83,13 @@ def checkpoint_steps(workdir: Path) -> list[int]:
         if folder.is_dir() else []
 
 
-def run_process(argv: list[str], log: Path, limit_s: float | None) -> tuple[int, bool]:
-    """Runs `argv` from the repository root with stdout and stderr to `log`; after
-    `limit_s` seconds it gets SIGINT (train.py saves, then exits 130) and, a minute later,
-    SIGKILL. Returns (exit code, whether the limit stopped it); (130, True) without
-    starting it once the sweep is stopping."""
+def run_process(argv: list[str], log: Path, limit_s: float | None,
+                env: dict[str, str] | None = None) -> tuple[int, bool]:
+    """Runs `argv` from the repository root with stdout and stderr to `log` (and `env` in
+    place of this process's environment, when given); after `limit_s` seconds it gets
+    SIGINT (train.py saves, then exits 130) and, a minute later, SIGKILL. Returns (exit
+    code, whether the limit stopped it); (130, True) without starting it once the sweep is
+    stopping."""
     with open(log, "a", encoding="utf-8") as out:
         out.write(f"$ {' '.join(argv)}\n")
         out.flush()
@@ -97,7 +99,7 @@ def run_process(argv: list[str], log: Path, limit_s: float | None) -> tuple[int,
             # A session of its own: Ctrl-C reaches the sweep alone, which passes one SIGINT
             # on (stop_children; a second would cut a training's save short).
             proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, env=env)
             LIVE.add(proc)
         try:
             return proc.wait(timeout=limit_s), False

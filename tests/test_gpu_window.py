@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -204,3 +205,52 @@ def test_the_wrapper_hands_back_one_archive_in_parts(tmp_path):
     whole.write_bytes(b"".join(p.read_bytes() for p in sorted(out.glob("gpu_window.tgz.part*"))))
     with tarfile.open(whole) as archive:
         assert "results/bench" in archive.getnames()
+
+
+def test_the_compile_phase_runs_each_variant_cold_with_its_flags(tmp_path, monkeypatch):
+    """Each variant: its own workdir and empty compilation cache, its flags after the
+    window's (XLA reads the last of a repeated flag), and its run's figures collected."""
+    calls = []
+
+    def fake_run(argv, log, limit, env=None):
+        workdir = Path(argv[argv.index("--workdir") + 1])
+        calls.append((argv, env, (workdir.parent / "xla_cache").exists()))
+        workdir.mkdir(parents=True)
+        (workdir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [
+            {"split": "train", "step": 100, "time": 1.0, "compile_seconds": 20.0},
+            {"split": "train", "step": 200, "time": 2.0, "compile_seconds": 20.5,
+             "seconds_in_validate": 0.0, "seconds_in_checkpoint": 0.25},
+            {"split": "valid", "step": 200, "time": 3.0, "bleu": 12.5}]))
+        return 0, False
+
+    monkeypatch.setattr(gpu_window, "run_process", fake_run)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=0")
+    stale = tmp_path / "work" / "compile" / "fast" / "xla_cache"
+    stale.mkdir(parents=True)  # an earlier call's programs must not make the launch warm
+    args = gpu_window.argparse.Namespace(
+        config="configs/smoke.py", override=["--config.data.pack_length=64"], compile_steps=200,
+        compile_variant=["window=", "fast=--xla_gpu_autotune_level=4"], log_every=100,
+        results=tmp_path / "bench", work=tmp_path / "work")
+    result = gpu_window.phase_compile(args, lambda: 100.0)
+
+    assert [env["XLA_FLAGS"] for _, env, _ in calls] == [
+        "--xla_gpu_autotune_level=0", "--xla_gpu_autotune_level=0 --xla_gpu_autotune_level=4"]
+    assert [env["JAX_COMPILATION_CACHE_DIR"] for _, env, _ in calls] == [
+        str(tmp_path / "work" / "compile" / name / "xla_cache") for name in ("window", "fast")]
+    assert [cache_left for _, _, cache_left in calls] == [False, False]
+    for argv, _, _ in calls:
+        assert "--config.train.num_steps=200" in argv and "--config.data.pack_length=64" in argv
+        assert "--config.checkpoint.last_every_steps=0" in argv
+    run = result["runs"]["fast"]
+    assert (run["compile_seconds"], run["ms_per_step_steady"]) == (20.5, 10.0)
+    assert run["valid_bleu"] == {"200": 12.5} and run["seconds_in_hooks"]["checkpoint"] == 0.25
+    assert (tmp_path / "runs" / "compile_fast.metrics.jsonl").is_file()
+
+
+@pytest.mark.parametrize("variant", ["--xla_foo=1", "fast", "=--xla_foo=1"])
+def test_a_compile_variant_without_a_name_is_refused_before_anything_runs(tmp_path, capsys,
+                                                                         variant):
+    code = gpu_window.main(["--phases", "compile", f"--compile_variant={variant}",
+                            "--results", str(tmp_path / "r"), "--work", str(tmp_path / "w")])
+    assert code == 2 and "NAME=XLA_FLAGS" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists() and not (tmp_path / "w").exists()
