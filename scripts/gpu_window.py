@@ -113,6 +113,22 @@ def steady_ms_per_step(workdir: Path, after: int = 100) -> float | None:
     return 1000 * seconds / steps if steps else None
 
 
+def run_figures(workdir: Path, after: int) -> dict:
+    """A measured train.py run's figures from its metrics.jsonl: its compile seconds, steady
+    ms a step past step `after`, validation BLEU, each validation's hold on training and
+    its parts (loss, decoding, maps), and each hook's seconds summed."""
+    log = events(workdir)
+    valid = [e for e in log if e["split"] == "valid"]
+    return {"compile_seconds": last_compile_seconds(workdir),
+            "ms_per_step_steady": steady_ms_per_step(workdir, after=after),
+            "valid_bleu": {str(e["step"]): e.get("bleu") for e in valid},
+            "validation_s": validation_seconds(log),
+            "validation_parts_s": {str(e["step"]): {k: e.get(f"seconds_{k}")
+                                                    for k in ("loss", "decode", "maps")}
+                                   for e in valid},
+            "seconds_in_hooks": hook_seconds([e for e in log if e["split"] == "train"])}
+
+
 def hook_seconds(train: list[dict]) -> dict[str, float]:
     """Each hook's wall seconds over a run's train events (`seconds_in_<hook>`: saves,
     validations, logs; the last step's validation and save come after its last event)."""
@@ -165,24 +181,17 @@ def phase_recipe(args, left) -> dict:
     start = time.time()
     code, cut = run_process(measured, args.work / "recipe_run.log", left())
     wall = time.time() - start
-    log = events(work / "run")
     keep_metrics(args, work / "run", "recipe_run")
-    train = [e for e in log if e["split"] == "train"]
+    train = [e for e in events(work / "run") if e["split"] == "train"]
     last = train[-1]["step"] if train else 0
-    ms = steady_ms_per_step(work / "run", after=args.log_every)
+    figures = run_figures(work / "run", args.log_every)
+    ms = figures["ms_per_step_steady"]
     target = args.steps
     result["run"] = {
         "command": " ".join(measured[1:]), "exit_code": code,
         "stopped_by": "deadline (SIGINT; saved)" if cut else "end of training",
         "launch_to_exit_s": round(wall, 1), "last_step": last, "num_steps_target": target,
-        "compile_seconds": last_compile_seconds(work / "run"),
-        "ms_per_step_steady": ms,
-        "valid_bleu": {str(e["step"]): e.get("bleu") for e in log if e["split"] == "valid"},
-        "validation_s": validation_seconds(log),
-        "validation_parts_s": {str(e["step"]): {k: e.get(f"seconds_{k}") for k in
-                                                ("loss", "decode", "maps")}
-                               for e in log if e["split"] == "valid"},
-        "seconds_in_hooks": hook_seconds(train),
+        **figures,
         "launch_to_last_step_s": round(wall, 1) if last >= target else (
             round(wall + (target - last) * ms / 1000, 1) if ms else None),
         "projected": last < target}
@@ -281,15 +290,11 @@ def phase_compile(args, left) -> dict:
                           "--config.checkpoint.last_every_steps=0")
         start = time.time()
         code, cut = run_process(argv, args.work / f"compile_{name}.log", left(), env=env)
-        log = events(work / "run")
         keep_metrics(args, work / "run", f"compile_{name}")
         result["runs"][name] = {
             "xla_flags": env["XLA_FLAGS"], "exit_code": code, "cut": cut,
             "launch_to_exit_s": round(time.time() - start, 1),
-            "compile_seconds": last_compile_seconds(work / "run"),
-            "ms_per_step_steady": steady_ms_per_step(work / "run", after=args.log_every),
-            "valid_bleu": {str(e["step"]): e.get("bleu") for e in log if e["split"] == "valid"},
-            "seconds_in_hooks": hook_seconds([e for e in log if e["split"] == "train"])}
+            **run_figures(work / "run", args.log_every)}
     return result
 
 
