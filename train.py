@@ -85,13 +85,13 @@ from training.distributed import (
 )
 from training.hooks import (
     BudgetClock,
-    Hook,
     MetricsLogger,
     Saver,
     Tick,
     check_finite,
     run_hooks,
     step_cap_warning,
+    train_hooks,
 )
 from training.loop import (
     LoopState,
@@ -250,10 +250,8 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     saver = Saver(manager, loop, lambda at: finished_reason(at, loop, cfg.train), train_seconds,
                   cfg.train.patience_metric, (cfg.train.num_steps, cfg.checkpoint.keep,
                                               cfg.checkpoint.last_every_steps))
-    hooks = [Hook("budget_clock", 1, clock),  # first: the factor the step just trained with
-             Hook("log", cfg.train.log_every_steps, logger),
-             Hook("validate", cfg.eval.every_steps, validation, at_end=Tick.ends_unsignalled),
-             Hook("checkpoint", cfg.checkpoint.every_steps, saver, also=saver.also_due)]
+    hooks = train_hooks(cfg, clock, validation, saver, logger,
+                        lambda at: finished_reason(at, loop, cfg.train))
     try:
         while step < cfg.train.num_steps:
             waiting = time.perf_counter()

@@ -77,13 +77,17 @@ def _train(argv: list[str], cache: Path, name: str) -> float:
 
 
 def validation_seconds(events: list[dict]) -> dict[str, float]:
-    """{step: seconds its validation held training up}, from metrics.jsonl's events: its
-    valid event less the train event of the same step, written just before it (steps
-    with both), less the attention maps recorded before the valid event was written
-    (its `seconds_maps`): the validation's loss and decoding, and what it waited for."""
-    train = {e["step"]: e["time"] for e in events if e["split"] == "train"}
-    return {str(e["step"]): round(e["time"] - train[e["step"]] - e.get("seconds_maps", 0.0), 2)
-            for e in events if e["split"] == "valid" and e["step"] in train}
+    """{step: seconds its validation held training up}, from metrics.jsonl's events: the
+    validation hook's seconds in the train event of its step (`seconds_in_validate`; the
+    log runs after the step's validation, training/hooks.py `train_hooks`) less the
+    attention maps it recorded (the valid event's `seconds_maps`): the validation's loss
+    and decoding, and what it waited for (its programs compiled ahead, the device's
+    queued steps)."""
+    train = {e["step"]: e for e in events if e["split"] == "train"}
+    return {str(e["step"]): round(train[e["step"]]["seconds_in_validate"]
+                                  - e.get("seconds_maps", 0.0), 2)
+            for e in events if e["split"] == "valid" and "seconds_in_validate" in
+            train.get(e["step"], {})}
 
 
 def one_run(args: argparse.Namespace, scratch: Path, name: str, precompile: bool) -> dict:

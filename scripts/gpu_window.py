@@ -101,13 +101,14 @@ def events(workdir: Path) -> list[dict]:
 
 def steady_ms_per_step(workdir: Path, after: int = 100) -> float | None:
     """ms per step between the first train log at or past step `after` and the last one,
-    over windows with no validation inside (its decoding is not a step's cost)."""
+    over windows with no validation inside (its decoding is not a step's cost; a
+    validation at step v is in the window that ends at v, whose log runs after it)."""
     log = events(workdir)
     valid_steps = {e["step"] for e in log if e["split"] == "valid"}
     train = [e for e in log if e["split"] == "train" and e["step"] >= after]
     seconds, steps = 0.0, 0
     for a, b in zip(train, train[1:], strict=False):
-        if not any(a["step"] <= v < b["step"] for v in valid_steps):
+        if not any(a["step"] < v <= b["step"] for v in valid_steps):
             seconds += b["time"] - a["time"]
             steps += b["step"] - a["step"]
     return 1000 * seconds / steps if steps else None
@@ -131,7 +132,7 @@ def run_figures(workdir: Path, after: int) -> dict:
 
 def hook_seconds(train: list[dict]) -> dict[str, float]:
     """Each hook's wall seconds over a run's train events (`seconds_in_<hook>`: saves,
-    validations, logs; the last step's validation and save come after its last event)."""
+    validations, logs; the last event holds the end's validation and save)."""
     totals: dict[str, float] = {}
     for event in train:
         for key, value in event.items():

@@ -103,11 +103,23 @@ def test_the_saves_phase_runs_the_save_benchmark_on_the_windows_config(tmp_path,
 
 
 def test_a_validation_is_timed_from_the_train_event_of_its_step():
-    log = [{"split": "train", "step": 100, "time": 10.0}, {"split": "valid", "step": 100, "time": 13.5},
-           {"split": "train", "step": 200, "time": 20.0}, {"split": "valid", "step": 250, "time": 30.0}]
+    """The log runs after the step's validation, so the train event of its step holds the
+    validation hook's seconds; the attention maps it recorded are not the validation's."""
+    log = [{"split": "valid", "step": 100, "time": 13.5},
+           {"split": "train", "step": 100, "time": 14.0, "seconds_in_validate": 3.5},
+           {"split": "train", "step": 200, "time": 20.0, "seconds_in_validate": 0.0},
+           {"split": "valid", "step": 250, "time": 30.0}]
     assert gpu_window.validation_seconds(log) == {"100": 3.5}  # 250 has no train event
-    log[1]["seconds_maps"] = 1.25  # recorded before the valid event was written
+    log[0]["seconds_maps"] = 1.25
     assert gpu_window.validation_seconds(log) == {"100": 2.25}
+
+
+def test_steady_steps_leave_out_the_windows_that_hold_a_validation(tmp_path):
+    """A validation at step v runs before v's log: the window ending at v holds it."""
+    write_log(tmp_path / "run", [(0.0, 100), (1.0, 200), (5.0, 300), (6.0, 400)])
+    with (tmp_path / "run" / "metrics.jsonl").open("a") as file:
+        file.write(json.dumps({"split": "valid", "step": 300, "time": 4.5}) + "\n")
+    assert gpu_window.steady_ms_per_step(tmp_path / "run") == pytest.approx(10.0)
 
 
 def test_the_hooks_seconds_are_summed_over_the_runs_train_events():
@@ -219,8 +231,10 @@ def test_the_compile_phase_runs_each_variant_cold_with_its_flags(tmp_path, monke
         (workdir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [
             {"split": "train", "step": 100, "time": 1.0, "compile_seconds": 20.0},
             {"split": "train", "step": 200, "time": 2.0, "compile_seconds": 20.5,
-             "seconds_in_validate": 0.0, "seconds_in_checkpoint": 0.25},
-            {"split": "valid", "step": 200, "time": 3.0, "bleu": 12.5}]))
+             "seconds_in_validate": 0.0, "seconds_in_checkpoint": 0.0},
+            {"split": "valid", "step": 300, "time": 3.5, "bleu": 12.5},
+            {"split": "train", "step": 300, "time": 4.0, "compile_seconds": 20.5,
+             "seconds_in_validate": 1.5, "seconds_in_checkpoint": 0.25}]))
         return 0, False
 
     monkeypatch.setattr(gpu_window, "run_process", fake_run)
@@ -228,7 +242,7 @@ def test_the_compile_phase_runs_each_variant_cold_with_its_flags(tmp_path, monke
     stale = tmp_path / "work" / "compile" / "fast" / "xla_cache"
     stale.mkdir(parents=True)  # an earlier call's programs must not make the launch warm
     args = gpu_window.argparse.Namespace(
-        config="configs/smoke.py", override=["--config.data.pack_length=64"], compile_steps=200,
+        config="configs/smoke.py", override=["--config.data.pack_length=64"], compile_steps=300,
         compile_variant=["window=", "fast=--xla_gpu_autotune_level=4"], log_every=100,
         results=tmp_path / "bench", work=tmp_path / "work")
     result = gpu_window.phase_compile(args, lambda: 100.0)
@@ -239,11 +253,12 @@ def test_the_compile_phase_runs_each_variant_cold_with_its_flags(tmp_path, monke
         str(tmp_path / "work" / "compile" / name / "xla_cache") for name in ("window", "fast")]
     assert [cache_left for _, _, cache_left in calls] == [False, False]
     for argv, _, _ in calls:
-        assert "--config.train.num_steps=200" in argv and "--config.data.pack_length=64" in argv
+        assert "--config.train.num_steps=300" in argv and "--config.data.pack_length=64" in argv
         assert "--config.checkpoint.last_every_steps=0" in argv
     run = result["runs"]["fast"]
     assert (run["compile_seconds"], run["ms_per_step_steady"]) == (20.5, 10.0)
-    assert run["valid_bleu"] == {"200": 12.5} and run["seconds_in_hooks"]["checkpoint"] == 0.25
+    assert run["valid_bleu"] == {"300": 12.5} and run["seconds_in_hooks"]["checkpoint"] == 0.25
+    assert run["validation_s"] == {"300": 1.5}
     assert (tmp_path / "runs" / "compile_fast.metrics.jsonl").is_file()
 
 

@@ -194,3 +194,63 @@ def test_the_log_reports_each_hooks_seconds_in_its_window_even_those_after_it_in
     assert first["seconds_in_validate"] == 0.0 and first["seconds_in_never"] == 0.0
     assert second["seconds_in_validate"] >= 0.05  # step 2's validation, after step 2's log
     assert second["seconds_in_log"] > 0 and second["seconds_in_never"] == 0.0
+
+
+def test_train_hooks_log_last_so_a_run_ended_by_patience_logs_its_last_steps_and_save(monkeypatch):
+    """train.py's hooks (training/hooks.py `train_hooks`): validation, then the save, then
+    the log, each after the one before in a step. A run that patience ends at a
+    validation between two logs (step 15, logs every 10) still writes a train event at
+    step 15, holding steps 11-15 and the seconds of step 15's validation and save."""
+    import time
+    import types
+
+    import jax.numpy as jnp
+    import ml_collections
+
+    from training import hooks
+    from training.loop import LoopState
+
+    cfg_train = ml_collections.ConfigDict({"num_steps": 100, "max_minutes": 0.0, "patience": 1,
+                                           "patience_metric": "loss", "log_every_steps": 10})
+    cfg = ml_collections.ConfigDict({"train": cfg_train, "eval": {"every_steps": 5},
+                                     "checkpoint": {"every_steps": 50}})
+    loop, ran, written = LoopState(), [], []
+    monkeypatch.setattr(hooks, "check_finite", lambda state, manager: None)
+    monkeypatch.setattr(hooks.ckpt, "save", lambda manager, step, *a: ran.append(("save", step)))
+
+    def validation(tick):
+        time.sleep(0.02)
+        loss = {5: 2.0, 10: 1.0}.get(tick.step, 3.0)  # no gain at step 15: patience 1 is out
+        loop.record_validation(tick.step, None, loss, "loss")
+        tick.valid = {"loss": loss}
+        ran.append(("validate", tick.step))
+
+    def finished(step):
+        return finished_reason(step, loop, cfg_train)
+
+    log = types.SimpleNamespace(write=lambda step, split, **v: written.append({"step": step, **v}))
+    logger = hooks.MetricsLogger(log, lambda step: 0.5, types.SimpleNamespace(used=1.0), None,
+                                 types.SimpleNamespace(set_postfix=lambda **kw: None),
+                                 lambda: 0.0)
+    saver = hooks.Saver(None, loop, finished, lambda: 0.0, "loss")
+    def logged(tick):
+        ran.append(("log", tick.step))
+        logger(tick)
+
+    registered = hooks.train_hooks(cfg, lambda tick: None, validation, saver, logged, finished)
+    assert [h.name for h in registered] == ["budget_clock", "validate", "checkpoint", "log"]
+    stop = types.SimpleNamespace(signum=0)
+    for step in range(1, 100):
+        logger.add({"loss_sum": jnp.float32(2.0), "tokens": jnp.float32(1),
+                    "grad_norm": jnp.float32(1.0)}, 1, 0.0, epoch=1)
+        tick = hooks.Tick(step, {}, bool(finished(step)), stop)
+        hooks.run_hooks(registered, tick, logger.hook_seconds)
+        if finished(step):
+            break
+    assert step == 15 and finished(15).startswith("no validation loss gain")
+    assert ran == [("validate", 5), ("save", 5), ("validate", 10), ("save", 10), ("log", 10),
+                   ("validate", 15), ("save", 15), ("log", 15)]
+    assert [e["step"] for e in written] == [10, 15]
+    assert written[1]["seconds_in_validate"] >= 0.02  # step 15's, in step 15's event
+    assert written[0]["seconds_in_validate"] >= 0.04  # steps 5 and 10's
+    assert written[1]["loss"] == pytest.approx(2.0)  # the 5 steps since step 10's log

@@ -1,9 +1,7 @@
 """Periodic work of the training loop as hooks, each registered with its period, so the
 loop itself is a few lines (levanter's habit):
 
-    hooks = [Hook("log", cfg.train.log_every_steps, logger),
-             Hook("validate", cfg.eval.every_steps, validator, at_end=Tick.ends_unsignalled),
-             Hook("checkpoint", cfg.checkpoint.every_steps, saver, also=saver.also_due)]
+    hooks = train_hooks(cfg, clock, validator, saver, logger, finished)
     while ...:
         state, metrics = train_step(state, batch)
         run_hooks(hooks, Tick(step, state, final=..., stop=stop), logger.hook_seconds)
@@ -98,6 +96,26 @@ class Hook:
     run: Callable[[Tick], None]
     at_end: Callable[[Tick], bool] = Tick.ends
     also: Callable[[Tick], bool] = lambda tick: False
+
+
+def train_hooks(cfg, clock: Callable[[Tick], None], validation: Callable[[Tick], None],
+                saver: Saver, logger: Callable[[Tick], None],
+                finished: Callable[[int], str]) -> list[Hook]:
+    """train.py's periodic work, in the order it runs after a step: the budget clock (the
+    factor the step just trained with), validation, the checkpoint (which saves the
+    validation's figure with it), then the log. The log comes last so that a train event
+    holds the seconds of the validation and save of its own step, and so that the run's
+    last train event comes at its last step, however it ended (train.num_steps, the time
+    budget, a signal, or `finished(step)`, non-empty once patience ran out at that step's
+    validation): its steps since the log before, and the seconds of the end's validation
+    and save, are not left out of metrics.jsonl."""
+    def ends(tick: Tick) -> bool:
+        return tick.final or tick.stopping or bool(finished(tick.step))
+
+    return [Hook("budget_clock", 1, clock),
+            Hook("validate", cfg.eval.every_steps, validation, at_end=Tick.ends_unsignalled),
+            Hook("checkpoint", cfg.checkpoint.every_steps, saver, also=saver.also_due),
+            Hook("log", cfg.train.log_every_steps, logger, at_end=ends)]
 
 
 def run_hooks(hooks: list[Hook], tick: Tick, seconds: dict[str, float] | None = None) -> None:
