@@ -76,7 +76,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO))
 from sweep import run_process, write_json  # noqa: E402
 
-from bench.validation_ahead import validation_seconds  # noqa: E402  (standard library only)
+from bench.validation_ahead import validation_hook_seconds  # noqa: E402  (standard library only)
 
 
 def device_name() -> str:
@@ -123,7 +123,7 @@ def run_figures(workdir: Path, after: int) -> dict:
     return {"compile_seconds": last_compile_seconds(workdir),
             "ms_per_step_steady": steady_ms_per_step(workdir, after=after),
             "valid_bleu": {str(e["step"]): e.get("bleu") for e in valid},
-            "validation_s": validation_seconds(log),
+            "validation_hook_s": validation_hook_seconds(log),
             "validation_parts_s": {str(e["step"]): {k: e.get(f"seconds_{k}")
                                                     for k in ("loss", "decode", "maps")}
                                    for e in valid},

@@ -40,7 +40,7 @@ def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
     assert (run["exit_code"], run["last_step"], run["projected"]) == (0, 40, False)
     assert run["launch_to_last_step_s"] == run["launch_to_exit_s"] > 0
     assert run["ms_per_step_steady"] > 0 and "40" in run["valid_bleu"]
-    assert set(run["validation_s"]) == {"20", "40"} and min(run["validation_s"].values()) > 0
+    assert set(run["validation_hook_s"]) == {"20", "40"} and min(run["validation_hook_s"].values()) > 0
     assert set(run["validation_parts_s"]) == {"20", "40"}
     assert all(min(parts.values()) > 0 for parts in run["validation_parts_s"].values())
     assert run["seconds_in_hooks"]["validate"] > 0 and run["seconds_in_hooks"]["checkpoint"] > 0
@@ -111,9 +111,9 @@ def test_a_validation_is_timed_from_the_train_event_of_its_step():
            {"split": "train", "step": 100, "time": 14.0, "seconds_in_validate": 3.5},
            {"split": "train", "step": 200, "time": 20.0, "seconds_in_validate": 0.0},
            {"split": "valid", "step": 250, "time": 30.0}]
-    assert gpu_window.validation_seconds(log) == {"100": 3.5}  # 250 has no train event
+    assert gpu_window.validation_hook_seconds(log) == {"100": 3.5}  # 250 has no train event
     log[0]["seconds_maps"] = 1.25
-    assert gpu_window.validation_seconds(log) == {"100": 2.25}
+    assert gpu_window.validation_hook_seconds(log) == {"100": 2.25}
 
 
 def test_steady_steps_leave_out_the_windows_that_hold_a_validation(tmp_path):
@@ -260,7 +260,7 @@ def test_the_compile_phase_runs_each_variant_cold_with_its_flags(tmp_path, monke
     run = result["runs"]["fast"]
     assert (run["compile_seconds"], run["ms_per_step_steady"]) == (20.5, 10.0)
     assert run["valid_bleu"] == {"300": 12.5} and run["seconds_in_hooks"]["checkpoint"] == 0.25
-    assert run["validation_s"] == {"300": 1.5}
+    assert run["validation_hook_s"] == {"300": 1.5}
     assert (tmp_path / "runs" / "compile_fast.metrics.jsonl").is_file()
 
 
