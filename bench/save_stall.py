@@ -1,7 +1,8 @@
 """What a checkpoint save holds the training loop up (training/checkpoint.save), part by part.
 
     python -m bench.save_stall [--config configs/multi30k_de_en.py] [--saves 6]
-        [--apart_s 0.5] [--variants device_arrays,host_copy] [--profile] [--json OUT]
+        [--apart_s 0.5] [--variants device_arrays,host_copy] [--flat_optimizer]
+        [--profile] [--json OUT]
 
 The config's fresh train state (training/step.create_train_state: the recipe's model and
 Adam's moments, both vocabularies `data.vocab_size` entries), on the default device, saved
@@ -27,7 +28,8 @@ and saved, as train.py saves (`training/checkpoint.save`'s `host_copy`). With
 `--profile`, cProfile's 25 functions of largest cumulative time during the last spaced
 save's `save_s` (`profile_top`): where it goes. The recipes' saves come 100 steps apart
 over their last 1,000 steps (0.7 s on an H200, ~80 s on the 2-core CPU): `--apart_s`
-stands for that.
+stands for that. `--flat_optimizer` saves the state of `train.flat_optimizer` instead
+(Adam's moments one vector each; `arrays` in the result counts the state's arrays).
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="device_arrays (orbax reads each array), host_copy (the state "
                              "read to the host in one batched transfer, then saved: "
                              "train.py's) [both]")
+    parser.add_argument("--flat_optimizer", action="store_true",
+                        help="the state of train.flat_optimizer=True")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -133,13 +137,14 @@ def run(args: argparse.Namespace) -> dict:
     from training.step import create_train_state
 
     cfg = load_config_file(args.config)
+    cfg.train.flat_optimizer = args.flat_optimizer
     _, state = create_train_state(cfg, cfg.data.vocab_size, cfg.data.vocab_size)
     state = jax.block_until_ready(state)
     leaves = jax.tree.leaves(state)
     variants = {name: time_saves(args, state, host_copy=name == "host_copy")
                 for name in args.variants}
     return {"variants": variants, "saves": args.saves, "apart_s": args.apart_s,
-            "config": args.config, "arrays": len(leaves),
+            "config": args.config, "flat_optimizer": args.flat_optimizer, "arrays": len(leaves),
             "state_mb": round(sum(x.nbytes for x in leaves) / 2**20, 1),
             "device": str(jax.devices()[0]), "jax_version": jax.__version__,
             "machine": host_cpu(), "time": time.time()}

@@ -1,7 +1,7 @@
 """Where the train step's time goes, for one batch shape: a profile, not a throughput run.
 
     python bench/step_profile.py --size base [--dtype bfloat16] [--batch_tokens 4096,32768]
-        [--variants nnx,pure,pure_flat,together,stacked] [--seeds 8] [--steps 20]
+        [--variants nnx,pure,flat,together,stacked] [--seeds 8] [--steps 20]
         [--dropout P] [--trace DIR]
         [--hlo FILE.txt.gz] [--json OUT]
 
@@ -14,8 +14,10 @@ from the one `create_train_state` returns:
     nnx        params as an nnx.State of Variables (`nnx.state(model, nnx.Param)`, the
                layout before the train state switched to plain dicts);
     pure       params as plain nested dicts: the state as returned (train.py's layout);
-    pure_flat  pure, and the optimizer wrapped in `optax.flatten` (one update over one
-               vector instead of one per parameter array), passed to `make_train_step`;
+    flat       pure, with `train.flat_optimizer` (training/step.py `flat_adamw`: Adam's
+               moments one vector each; 179 arrays instead of 523 for tiny). (Until it
+               existed, `pure_flat` wrapped the whole optimizer in `optax.flatten`, the
+               clipping included and the decay mask lost.)
     together   `--seeds` N copies of pure, stepped as `train.py --seeds N --together` steps
                them: training/together.py's program (the N states stacked on the device
                from step to step, the step vmapped, each seed with its own dropout key;
@@ -66,7 +68,7 @@ from bench.train_throughput import (  # noqa: E402
 from bench.train_throughput import parse_args as throughput_args  # noqa: E402
 from training.compilation import covered_length  # noqa: E402
 
-VARIANTS = ("nnx", "pure", "pure_flat", "together", "stacked")
+VARIANTS = ("nnx", "pure", "flat", "together", "stacked")
 SEED_VARIANTS = ("together", "stacked")  # N seeds in one program (--seeds)
 MODEL_OVERRIDES = ("attention_impl", "embedding_grad", "vocab_size", "d_model", "num_heads",
                    "d_ff", "layers")
@@ -94,21 +96,20 @@ def setup_variant(graphdef, base: dict, cfg_train, variant: str) -> tuple[dict, 
     step donates its state, and `base` serves every variant)."""
     import jax
     import jax.numpy as jnp
-    import optax
     from flax import nnx
 
     from training import step as training
 
+    if variant == "flat":
+        cfg_train = cfg_train.copy_and_resolve_references()
+        cfg_train.flat_optimizer = True
     optimizer = training.build_optimizer(cfg_train)
     state = jax.tree.map(jnp.array, base)
     if variant == "nnx":  # the layout before the train state held plain dicts
         state["params"] = nnx.state(nnx.merge(graphdef, state["params"]), nnx.Param)
+    if variant in ("nnx", "flat"):
         state["opt_state"] = optimizer.init(state["params"])
-    if not variant.endswith("_flat"):
-        return state, training.make_train_step(graphdef, cfg_train), optimizer
-    optimizer = optax.flatten(optimizer)
-    state["opt_state"] = optimizer.init(state["params"])
-    return state, training.make_train_step(graphdef, cfg_train, optimizer), optimizer
+    return state, training.make_train_step(graphdef, cfg_train), optimizer
 
 
 def setup_seeds(graphdef, base: dict, cfg_train, variant: str, seeds: int,

@@ -162,6 +162,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     "train.grad_clip": at_least(0, "0 = off"),
     "train.adam_b1": Interval(0, 1, high_open=True, why="Adam's decay rate"),
     "train.adam_b2": Interval(0, 1, high_open=True, why="Adam's decay rate"),
+    "train.flat_optimizer": SWITCH,
     "train.seed": Interval(0, 2**32 - 1, why="a JAX key keeps 32 bits (seed 2**32 would "
                                              "train seed 0 again); NumPy refuses negative seeds"),
     "train.label_smoothing": Interval(0, 1, high_open=True,

@@ -28,7 +28,7 @@ from configs import base
 SAFE_ON_RESUME = ("data.cache_dir", "train.num_steps", "train.log_every_steps", "train.patience",
                   "train.max_minutes", "train.cpu_devices", "eval.", "checkpoint.",
                   "attention_maps.")
-LOCKED_ON_RESUME = ("data.", "model.")
+LOCKED_ON_RESUME = ("data.", "model.", "train.flat_optimizer")  # the last: the state's layout
 # Not data.pack_length: it decides which pairs make each batch of an epoch (data/packing.py),
 # so a change mid-run would repeat or skip pairs of the epoch under way.
 CHANGEABLE_WITH_FLAG = ("data.data_dir", "data.hf_cache_dir", "data.valid_source", "data.valid_target", "data.test_source",
@@ -67,7 +67,7 @@ def check_resume_config(saved: ml_collections.ConfigDict, new: ml_collections.Co
 
     if locked:
         raise UserError(f"config differs from the checkpointed run in {workdir} in fields that "
-                        f"fix the model shape, vocabulary or data ({fields(locked)}); they cannot "
+                        f"fix the model shape, vocabulary, data or train state layout ({fields(locked)}); they cannot "
                         "change on resume: use a new --workdir")
     if unsafe:
         raise UserError(f"config differs from the checkpointed run in {workdir} "

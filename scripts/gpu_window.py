@@ -15,7 +15,8 @@ scripts/gpu_window.sh, which prepares the machine first):
      then two one-seed runs side by side (two processes), timed over the span they share.
   3. saves: bench/save_stall.py on the recipe's train state: what a checkpoint save holds
      the loop up, in parts (the finite check, the checksum, orbax's call), the background
-     write after it, and cProfile's view of one save.
+     write after it, and cProfile's view of one save; then the same in
+     `train.flat_optimizer`'s layout (179 arrays instead of 523: `gpu_save_stall_flat.json`).
   4. compile: the recipe's train.py for `--compile_steps` steps (one validation, no
      saves but the last) once per `--compile_variant NAME=FLAGS`, each FLAGS added to
      XLA_FLAGS, each with an empty compilation cache of its own: what XLA's settings do
@@ -23,8 +24,9 @@ scripts/gpu_window.sh, which prepares the machine first):
      window's own flags, autotuning off, against XLA's defaults).
   5. profile: bench/step_profile.py on the recipe's model (tiny) at 4,096 tokens: step
      against dispatch time and the device-busy time of a trace (host- or device-bound),
-     for each of `--profile_variants` (default `pure`, one seed; `stacked` and
-     `together` step `--seeds` seeds as one program).
+     for each of `--profile_variants` (default `pure,flat`: one seed, its optimizer per
+     array and `train.flat_optimizer`; `stacked` and `together` step `--seeds` seeds as
+     one program).
   6. peer: bench/gpu_peer.py, the base model in bf16 against PyTorch (its own JSON).
   7. sweep: scripts/sweep.py on a plan with the minutes left, going on from the earlier
      windows' results committed in `results/sweep/<plan>/` (`--sweep_earlier`), two runs
@@ -267,10 +269,17 @@ def sweep_argv(args, seconds: float, parallel: int) -> list[str]:
 
 def phase_saves(args, left) -> tuple[int, bool]:
     """bench/save_stall.py: the recipe's train state saved as train.py saves it, 100 steps
-    apart at the H200's ~7 ms a step."""
-    argv = [sys.executable, "bench/save_stall.py", "--config", args.config, "--saves", "8",
-            "--apart_s", "0.7", "--profile", "--json", str(args.results / "gpu_save_stall.json")]
-    return run_process(argv, args.work / "saves.log", left())
+    apart at the H200's ~7 ms a step; then the same state in `train.flat_optimizer`'s
+    layout (a third of the arrays)."""
+    code, cut = 0, False
+    for layout, more in (("", []), ("_flat", ["--flat_optimizer"])):
+        argv = [sys.executable, "bench/save_stall.py", "--config", args.config, "--saves", "8",
+                "--apart_s", "0.7", "--profile", *more,
+                "--json", str(args.results / f"gpu_save_stall{layout}.json")]
+        code, cut = run_process(argv, args.work / f"saves{layout}.log", left())
+        if code or cut:
+            break
+    return code, cut
 
 
 def phase_compile(args, left) -> dict:
@@ -337,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="NAME=XLA_FLAGS of the compile phase (repeatable) "
                              f"[{'; '.join(COMPILE_VARIANTS)}]")
     parser.add_argument("--compile_steps", type=int, default=600)
-    parser.add_argument("--profile_variants", default="pure",
-                        help="bench/step_profile.py's variants [pure]")
+    parser.add_argument("--profile_variants", default="pure,flat",
+                        help="bench/step_profile.py's variants [pure,flat]")
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--seed_steps", type=int, default=600)
     parser.add_argument("--seeds_override", action="append", default=None,

@@ -148,7 +148,7 @@ def test_step_profile_smoke(tmp_path):
         "--json", str(out), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
-    assert [r["variant"] for r in rows] == ["nnx", "pure", "pure_flat"]
+    assert [r["variant"] for r in rows] == ["nnx", "pure", "flat"]
     for row in rows:
         assert row["step_ms"] > 0 and row["identity_ms"] > 0 and row["compile_s"] > 0
         assert row["embedding_grad"] == "auto" and 0 <= row["padding_fraction"] < 1
@@ -214,6 +214,16 @@ def test_save_stall_smoke(tmp_path):
             assert len(variant["runs"][part]) == 2 and min(variant["runs"][part]) > 0, part
         assert any("checkpoint.py" in row["function"] and "(save)" in row["function"]
                    for row in variant["profile_top"]), name
+    assert data["flat_optimizer"] is False
+
+    # train.flat_optimizer's state: the parameters' arrays, Adam's two vectors, counters.
+    result = run_script("bench/save_stall.py", "--config", "configs/smoke.py", "--saves", "1",
+                        "--apart_s", "0", "--variants", "host_copy", "--flat_optimizer",
+                        "--json", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    flat = json.loads(out.read_text())
+    assert flat["flat_optimizer"] is True and flat["state_mb"] == data["state_mb"]
+    assert flat["arrays"] == (data["arrays"] - 4) // 3 + 6
 
 
 def test_save_stall_refuses_a_config_that_is_not_there(tmp_path):

@@ -97,11 +97,15 @@ def test_the_saves_phase_runs_the_save_benchmark_on_the_windows_config(tmp_path,
     args = gpu_window.argparse.Namespace(config="configs/smoke.py", results=tmp_path / "bench",
                                          work=tmp_path / "work")
     assert gpu_window.phase_saves(args, lambda: 100.0) == (0, False)
-    [(argv, log, limit)] = calls
-    assert argv[1:3] == ["bench/save_stall.py", "--config"] and argv[3] == "configs/smoke.py"
-    assert "--profile" in argv and argv[argv.index("--json") + 1] == str(
-        tmp_path / "bench" / "gpu_save_stall.json")
-    assert log == tmp_path / "work" / "saves.log" and limit == 100.0
+    (tree, tree_log, limit), (flat, flat_log, _) = calls  # the recipe's layout, then flat
+    for argv in (tree, flat):
+        assert argv[1:3] == ["bench/save_stall.py", "--config"] and argv[3] == "configs/smoke.py"
+        assert "--profile" in argv
+    assert "--flat_optimizer" not in tree and "--flat_optimizer" in flat
+    assert [argv[argv.index("--json") + 1] for argv in (tree, flat)] == [
+        str(tmp_path / "bench" / f"gpu_save_stall{layout}.json") for layout in ("", "_flat")]
+    assert (tree_log, flat_log) == (tmp_path / "work" / "saves.log",
+                                    tmp_path / "work" / "saves_flat.log") and limit == 100.0
 
 
 def test_a_validation_is_timed_from_the_train_event_of_its_step():

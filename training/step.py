@@ -20,12 +20,14 @@ as an uninterrupted one without storing any RNG state.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh
 
 from common.errors import UserError
@@ -102,9 +104,34 @@ def clip_by_group_norm(max_norm: float,
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
+def flat_adamw(learning_rate, *, b1: float, b2: float, eps: float, weight_decay: float,
+               mask: Callable[[Any], Any]) -> optax.GradientTransformation:
+    """`optax.adamw` with the updates and parameters raveled into one vector each
+    (`train.flat_optimizer`): the same update, element by element, but Adam's two moments
+    are one float32 vector each, not one array per parameter. The train state's array
+    count (523 for the tiny model, 179 flat) is what each step's dispatch and each save
+    pay for on the host (bench/README.md). Weight decay applies to the parameter arrays
+    where `mask(params)` is True, as adamw's `mask`: the decayed term is raveled from
+    those arrays, zeros in place of the others."""
+    inner = optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+
+    def init(params):
+        return inner.init(ravel_pytree(params)[0])
+
+    def update(updates, state, params=None):
+        if params is None:
+            raise ValueError("flat_adamw's update needs the parameters (weight decay)")
+        flat, unravel = ravel_pytree(updates)
+        decayed = jax.tree.map(lambda p, m: p if m else jnp.zeros_like(p), params, mask(params))
+        flat, state = inner.update(flat, state, ravel_pytree(decayed)[0])
+        return unravel(flat), state
+
+    return optax.GradientTransformation(init, update)
+
+
 def build_optimizer(cfg_train, groups: Sequence[Sequence[str]] = ()) -> optax.GradientTransformationExtraArgs:
     """AdamW with gradient clipping (each of `groups` apart, `clip_by_group_norm`); weight
-    decay skips biases and layer-norm parameters. With `train.grad_accum_steps` k > 1 it
+    decay skips biases and layer-norm parameters; `train.flat_optimizer`: `flat_adamw`. With `train.grad_accum_steps` k > 1 it
     updates on every k-th call, from the token-weighted mean gradient of the k micro-batches
     (training/accumulation.py; `update(..., tokens=n)`), at the rate of the update's first
     micro-batch's step."""
@@ -113,12 +140,13 @@ def build_optimizer(cfg_train, groups: Sequence[Sequence[str]] = ()) -> optax.Gr
 
     every_k = cfg_train.get("grad_accum_steps", 1)
     schedule = learning_rate_schedule(cfg_train)
+    adamw = flat_adamw if cfg_train.get("flat_optimizer", False) else optax.adamw
     return accumulate_gradients(optax.chain(
         clip_by_group_norm(cfg_train.grad_clip, groups) if cfg_train.grad_clip > 0
         else optax.identity(),
-        optax.adamw(schedule if every_k == 1 else lambda update: schedule(update * every_k),
-                    b1=cfg_train.adam_b1, b2=cfg_train.adam_b2,
-                    eps=1e-9, weight_decay=cfg_train.weight_decay, mask=decay_mask),
+        adamw(schedule if every_k == 1 else lambda update: schedule(update * every_k),
+              b1=cfg_train.adam_b1, b2=cfg_train.adam_b2,
+              eps=1e-9, weight_decay=cfg_train.weight_decay, mask=decay_mask),
     ), every_k)
 
 
