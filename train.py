@@ -244,14 +244,15 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
     def train_seconds() -> float:
         return trained_before + time.time() - session_start
 
+    def finished(at: int) -> str:
+        return finished_reason(at, loop, cfg.train)
+
     clock = BudgetClock(cfg.train, loop)
     logger = MetricsLogger(log, learning_rate_schedule(cfg.train), clock, manager, progress,
                            lambda: compile_timer.seconds)
-    saver = Saver(manager, loop, lambda at: finished_reason(at, loop, cfg.train), train_seconds,
-                  cfg.train.patience_metric, (cfg.train.num_steps, cfg.checkpoint.keep,
-                                              cfg.checkpoint.last_every_steps))
-    hooks = train_hooks(cfg, clock, validation, saver, logger,
-                        lambda at: finished_reason(at, loop, cfg.train))
+    saver = Saver(manager, loop, finished, train_seconds, cfg.train.patience_metric,
+                  (cfg.train.num_steps, cfg.checkpoint.keep, cfg.checkpoint.last_every_steps))
+    hooks = train_hooks(cfg, clock, validation, saver, logger, finished)
     try:
         while step < cfg.train.num_steps:
             waiting = time.perf_counter()
@@ -270,12 +271,12 @@ def _train(cfg, workdir: Path, allow_config_change: tuple[str, ...],
                 progress.write(warning, file=sys.stderr)
             progress.update(1)
             # Known before this step's validation: train.num_steps, the budget, a signal.
-            final = bool(finished_reason(step, loop, cfg.train)) or bool(stop.signum)
+            final = bool(finished(step)) or bool(stop.signum)
             tick = Tick(step, state, final, stop)
             run_hooks(hooks, tick, logger.hook_seconds)
             if tick.stopping:
                 break
-            if why := finished_reason(step, loop, cfg.train):  # after validation: patience too
+            if why := finished(step):  # after validation: patience too
                 if step < cfg.train.num_steps:
                     progress.write(f"{tag}stopping at step {step}: {why}")
                 break
