@@ -69,9 +69,10 @@ class Tick:
     @property
     def stopping(self) -> bool:
         """Whether a signal asks the loop to stop after this step, read once (when first
-        asked: by the checkpoint, after the validation) so that the save and the loop's
-        break agree: a signal that arrives while the step is logged or validated (most of
-        a step's wall time when it has a host sync) is still saved before the loop stops."""
+        asked: by the checkpoint, after the validation, or at a step it saves anyway, by
+        the log after it) so that the save and the loop's break agree: a signal that
+        arrives while the step is validated or saved (most of a step's wall time when it
+        has a host sync) is still saved before the loop stops."""
         if self._stopping is None:
             self._stopping = bool(self.stop.signum)
         return self._stopping
