@@ -108,7 +108,8 @@ def flat_adamw(learning_rate, *, b1: float, b2: float, eps: float, weight_decay:
                mask: Callable[[Any], Any]) -> optax.GradientTransformation:
     """`optax.adamw` with the updates and parameters raveled into one vector each
     (`train.flat_optimizer`): the same update, element by element, but Adam's two moments
-    are one float32 vector each, not one array per parameter. The train state's array
+    are one vector each ([P], P the parameters' total size), not one array per parameter
+    array; the updates come back in the parameters' structure. The train state's array
     count (523 for the tiny model, 179 flat) is what each step's dispatch and each save
     pay for on the host (bench/README.md). Weight decay applies to the parameter arrays
     where `mask(params)` is True, as adamw's `mask`: the decayed term is raveled from
