@@ -167,8 +167,9 @@ class MetricsLogger:
 
     `hook_seconds`, filled by `run_hooks`, is logged as `seconds_in_<hook>`: the wall
     seconds each hook held the loop in the window (its own log run counts in the next
-    one). On an accelerator a hook's first host sync also waits for the steps queued
-    before it: the log hook's seconds hold the device's backlog, not only its own work.
+    one). A hook's first host sync also waits for the steps queued before it (the step
+    just dispatched, at least): the seconds of the first hook of a step that syncs (the
+    validation, the save or the log, in train_hooks' order) hold that backlog too.
     """
 
     def __init__(self, log: MetricsLog, schedule, clock: BudgetClock, manager, progress,
