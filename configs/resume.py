@@ -67,8 +67,8 @@ def check_resume_config(saved: ml_collections.ConfigDict, new: ml_collections.Co
 
     if locked:
         raise UserError(f"config differs from the checkpointed run in {workdir} in fields that "
-                        f"fix the model shape, vocabulary, data or train state layout ({fields(locked)}); they cannot "
-                        "change on resume: use a new --workdir")
+                        "fix the model shape, vocabulary, data or train state layout "
+                        f"({fields(locked)}); they cannot change on resume: use a new --workdir")
     if unsafe:
         raise UserError(f"config differs from the checkpointed run in {workdir} "
                         f"({fields(unsafe)}); use a new --workdir, or --allow_config_change="

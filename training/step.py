@@ -132,10 +132,10 @@ def flat_adamw(learning_rate, *, b1: float, b2: float, eps: float, weight_decay:
 
 def build_optimizer(cfg_train, groups: Sequence[Sequence[str]] = ()) -> optax.GradientTransformationExtraArgs:
     """AdamW with gradient clipping (each of `groups` apart, `clip_by_group_norm`); weight
-    decay skips biases and layer-norm parameters; `train.flat_optimizer`: `flat_adamw`. With `train.grad_accum_steps` k > 1 it
-    updates on every k-th call, from the token-weighted mean gradient of the k micro-batches
-    (training/accumulation.py; `update(..., tokens=n)`), at the rate of the update's first
-    micro-batch's step."""
+    decay skips biases and layer-norm parameters; with `train.flat_optimizer`, AdamW is
+    `flat_adamw`. With `train.grad_accum_steps` k > 1 it updates on every k-th call, from
+    the token-weighted mean gradient of the k micro-batches (training/accumulation.py;
+    `update(..., tokens=n)`), at the rate of the update's first micro-batch's step."""
     def decay_mask(params):
         return jax.tree.map(lambda x: x.ndim > 1, params)
 
