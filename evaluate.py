@@ -81,7 +81,10 @@ From Python, with the flags as keyword options (no flags are parsed):
 The default `<name>` is `<base>.step<S>.<decode>`: base = the split, the source file's
 name without `.gz` / `.txt` (`talk.de`), or `stdin`; S = the checkpoint step (averaged:
 `avg<N>-step<S>`, S the newest); decode = `greedy` or `beam<K>`, e.g.
-`test.step20000.beam5`; an ensemble of M runs adds `.ens<M>` before the decode part.
+`test.step20000.beam5`; an ensemble of M runs adds `.ens<M>` before the decode part, and
+a `--length_penalty` given (beam search only) adds `.lp<P>` after it
+(`valid.avg10-step8000.beam5.lp1.5`), so readings at several penalties do not overwrite one
+another.
 
 A `--workdir` that is the parent of `train.py --seeds N` runs (`seed<k>/` folders with a
 config.json, none of its own) evaluates every seed run with the same options (each
@@ -245,10 +248,16 @@ def checkpoint_label(steps: list[int]) -> str:
     return f"step{steps[-1]}" if len(steps) == 1 else f"avg{len(steps)}-step{steps[-1]}"
 
 
-def default_name(base: str, checkpoint: str, beam_size: int, members: int = 1) -> str:
-    """`<base>.<checkpoint>[.ens<M>].<greedy|beamK>` (M: the models of an ensemble)."""
+def default_name(base: str, checkpoint: str, beam_size: int, members: int = 1,
+                 length_penalty: float | None = None) -> str:
+    """`<base>.<checkpoint>[.ens<M>].<greedy|beamK>[.lp<P>]` (M: the models of an ensemble;
+    P: a `--length_penalty` given on the command line, so that readings of one checkpoint
+    at several penalties sit side by side instead of overwriting one another; greedy
+    decoding has no penalty)."""
     ensemble = f".ens{members}" if members > 1 else ""
-    return f"{base}.{checkpoint}{ensemble}.{'greedy' if beam_size == 1 else f'beam{beam_size}'}"
+    decode = "greedy" if beam_size == 1 else f"beam{beam_size}"
+    penalty = f".lp{length_penalty}" if length_penalty is not None and beam_size > 1 else ""
+    return f"{base}.{checkpoint}{ensemble}.{decode}{penalty}"
 
 
 def check_name(name: str) -> str:
@@ -361,7 +370,7 @@ def prepare(workdir: Path, opts: EvalOptions) -> Prepared:
     model = runs[0].model if len(runs) == 1 else Ensemble([run.model for run in runs])
     load_seconds = time.perf_counter() - load_start
     name = opts.name or default_name(inputs.base, checkpoint_label(runs[0].steps), beam_size,
-                                     len(members))
+                                     len(members), opts.length_penalty)
     return Prepared(
         workdir=workdir, opts=opts, members=members, cfg=cfg, inputs=inputs,
         tokenizer=tokenizer, runs=runs, model=model, name=name, beam_size=beam_size,
@@ -479,7 +488,8 @@ def evaluate_seeds(parent: Path, runs: list[Path], opts: EvalOptions) -> dict:
             averaged = f"avg{opts.average_last}-" if opts.average_last else ""
             label = averaged + first["checkpoint"]["requested"]
         name = opts.name or default_name(output_base(opts.split, opts.source), label,
-                                         first["decoding"]["beam_size"])
+                                         first["decoding"]["beam_size"],
+                                         length_penalty=opts.length_penalty)
         summary = seeds.summary_record(results, name=name, workdir=str(parent),
                                        json_path=out_dir / f"{name}.json",
                                        seed_files=[r["files"]["json"] for r in results])

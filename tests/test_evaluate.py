@@ -163,17 +163,23 @@ def test_empty_and_very_long_lines_beam(workdir, tmp_path):
 
 
 def test_length_penalty_defaults_to_the_config(workdir, tmp_path):
-    """The recipe's tuned eval.length_penalty is what evaluate.py uses unless told otherwise."""
+    """The recipe's tuned eval.length_penalty is what evaluate.py uses unless told otherwise;
+    a penalty given is in the default name, so readings at two penalties both stay on disk."""
     run = _copy_run(workdir, tmp_path / "run")
     config = json.loads((run / "config.json").read_text())
     config["eval"]["length_penalty"] = 1.3
     (run / "config.json").write_text(json.dumps(config))
     args = ("--split", "test", "--max_sentences", "4", "--beam_size", "2")
-    for extra, expected in (((), 1.3), (("--length_penalty", "0.2"), 0.2)):
-        result = _evaluate(run, *args, *extra, "--name", f"lp{expected}")
+    for extra in ((), ("--length_penalty", "0.2"), ("--length_penalty", "1.3")):
+        result = _evaluate(run, *args, *extra)
         assert result.returncode == 0, result.stderr[-3000:]
-        data = json.loads((run / "eval" / f"lp{expected}.json").read_text())
-        assert data["decoding"]["length_penalty"] == expected
+    names = sorted(path.name for path in (run / "eval").glob("*.json"))
+    assert len(names) == 3, names
+    for name in names:
+        data = json.loads((run / "eval" / name).read_text())
+        suffix = name.removeprefix(f"test.step{data['checkpoint_step']}.beam2").removesuffix(".json")
+        expected = {"": 1.3, ".lp0.2": 0.2, ".lp1.3": 1.3}[suffix]
+        assert data["decoding"]["length_penalty"] == expected and data["name"] + ".json" == name
 
 
 def test_average_last_is_the_elementwise_mean(workdir):
