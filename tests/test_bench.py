@@ -27,7 +27,7 @@ TRAIN_KEYS = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_train_throughput_smoke(tmp_path):
     out = tmp_path / "train.json"
     # A 1+1-layer d_model 32 model on 512-token batches: cheap.
@@ -105,7 +105,7 @@ def test_flop_formula_counts_attention_and_dense_terms():
     assert padded == counter.train_flops(np.array([4, 4]), np.array([2, 2]))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_validation_ahead_smoke(tmp_path):
     out = tmp_path / "ahead.json"
     result = run_script("bench/validation_ahead.py", "--config", "configs/smoke.py",
@@ -120,7 +120,7 @@ def test_validation_ahead_smoke(tmp_path):
     assert "first_validation_hook_s" in result.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_compile_profile_smoke(tmp_path):
     out = tmp_path / "compile.json"
     result = run_script(
@@ -138,7 +138,7 @@ def test_compile_profile_smoke(tmp_path):
     assert "forward+backward" in result.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_step_profile_smoke(tmp_path):
     out, hlo = tmp_path / "profile.json", tmp_path / "step.txt.gz"
     result = run_script(

@@ -65,7 +65,7 @@ def test_lr_scale_multiplies_the_learning_rate():
                                                           jax.tree.leaves(full), strict=False)) > 1e-4
 
 
-@pytest.mark.slow  # 60 s of training: the budget counts compiling, which took 30 s of a
+@pytest.mark.long  # 60 s of training: the budget counts compiling, which took 30 s of a
 # 30 s budget once (cold cache, beside another test): 4 steps, too few to see the decay
 def test_train_cosine_budget_decays_to_the_end_of_the_budget(tmp_path):
     workdir = tmp_path / "run"

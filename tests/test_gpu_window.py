@@ -20,7 +20,7 @@ import gpu_window  # noqa: E402
 SMOKE = ("--config", "configs/smoke.py", "--steps", "40", "--log_every", "10")
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_recipe_and_seeds_phases_on_the_smoke_config(tmp_path):
     results, work = tmp_path / "out" / "results" / "bench", tmp_path / "work"
     done = subprocess.run(
@@ -160,7 +160,7 @@ name = "base"
 """
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_later_calls_sweep_skips_what_an_earlier_call_did(tmp_path):
     """The sweep trains in folders kept between calls (--sweep_runs, --sweep_out); each
     call hands back every result so far, its own and the earlier calls'. A later window,

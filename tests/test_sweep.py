@@ -198,7 +198,7 @@ def test_a_student_plan_names_an_earlier_teacher_of_the_same_text(tmp_path):
 PAIRS = 100
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_student_trains_on_its_teachers_ensemble_translation(tmp_path):
     """Teacher (2 seeds) -> `evaluate.py --split train --ensemble` -> student, on a small
     `text` corpus with a blank source line: the teacher writes one line per training pair
@@ -291,7 +291,7 @@ def test_an_earlier_folder_that_is_not_there_is_refused_before_anything_is_writt
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.toml"]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_an_interrupted_sweep_stops_its_trainings_saved_and_the_same_command_goes_on(tmp_path):
     """SIGINT to the sweep (as gpu_window.py sends at its deadline): each training running
     gets one SIGINT and saves, nothing new starts, the sweep exits 130; the same command
@@ -331,7 +331,7 @@ def test_an_interrupted_sweep_stops_its_trainings_saved_and_the_same_command_goe
     assert f"resuming from step {saved[0][-1]}" in log
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_run_at_its_own_time_limit_is_done_and_one_cut_by_the_deadline_goes_on(tmp_path):
     """`time_limit_minutes` is part of a variant: reached, the run is read and done, and a
     rerun skips it. The sweep's deadline is not: its run is read at its newest
