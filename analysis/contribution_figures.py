@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
-from attention.heatmaps import save_png
+from attention.heatmaps import agg_figure, save_png
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PAIR_LABELS = {"weights_vs_norm_last": "weights ~ norm\n(last layer)",
                "weights_vs_alti_last": "weights ~ ALTI+\n(last layer)",
@@ -22,9 +24,7 @@ PAIR_LABELS = {"weights_vs_norm_last": "weights ~ norm\n(last layer)",
 
 
 def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), dpi=90, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
+    return agg_figure(figsize=(width, height), dpi=90, layout="constrained")
 
 
 def _values(column: list) -> np.ndarray:

@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from attention.heatmaps import agg_figure, save_png
 
-from attention.heatmaps import save_png
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 
 
 def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
+    return agg_figure(figsize=(width, height), dpi=110, layout="constrained")
 
 
 def metric_heatmaps(heads: dict, metric: str, path: str | os.PathLike) -> Path:

@@ -14,14 +14,16 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from PIL import Image
 
 from attention.mapfile import AttentionMaps
 from common.files import atomic_file
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CMAP = "viridis"
 # Previews skip maps longer than this on either axis: drawing one token label per row
@@ -60,6 +62,19 @@ def _draw(ax, matrix: np.ndarray, queries: Sequence[str], keys: Sequence[str], f
     return image
 
 
+def agg_figure(**kwargs) -> Figure:
+    """A matplotlib `Figure(**kwargs)` on its own Agg canvas.
+
+    matplotlib is imported here, at the first figure, not with this module: train.py and
+    evaluate.py import the module and only their preview worker draws (0.4 s a start)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
 def _side(n: int) -> float:
     """Inches for n token labels: readable for short sentences, bounded for long ones."""
     return min(max(2.5, 0.28 * n), 30.0)
@@ -69,9 +84,8 @@ def matrix_figure(matrix: np.ndarray, queries: Sequence[str], keys: Sequence[str
                   xlabel: str, ylabel: str, title: str,
                   colorbar_label: str = "attention weight") -> Figure:
     """Figure of one matrix [Q, K] with token labels on both axes, a colorbar and a title."""
-    fig = Figure(figsize=(_side(len(keys)) + 2.0, _side(len(queries)) + 1.8), dpi=100,
-                 layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = agg_figure(figsize=(_side(len(keys)) + 2.0, _side(len(queries)) + 1.8), dpi=100,
+                     layout="constrained")
     ax = fig.add_subplot()
     image = _draw(ax, matrix, queries, keys, fontsize=9)
     ax.set_xlabel(xlabel)
@@ -132,8 +146,7 @@ def head_grid_figure(maps: AttentionMaps, example: int, kind: str,
     cols = math.ceil(math.sqrt(heads))
     rows = math.ceil(heads / cols)
     panel_w, panel_h = _side(len(keys)) + 1.0, _side(len(queries)) + 1.0
-    fig = Figure(figsize=(cols * panel_w, rows * panel_h + 0.8), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = agg_figure(figsize=(cols * panel_w, rows * panel_h + 0.8), dpi=100, layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     vmax = max(max(float(m.max()) for m in mats), 1e-6)
     for h, ax in enumerate(axes.flat):

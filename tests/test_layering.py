@@ -54,3 +54,17 @@ def test_the_rule_sees_an_upward_import(tmp_path):
     bad = tmp_path / "m.py"
     bad.write_text("def f():\n    from training.step import create_train_state\n")
     assert "training" in imported_packages(bad)
+
+
+def test_training_and_evaluation_start_without_matplotlib():
+    """train.py and evaluate.py draw previews in their worker process, so their start does
+    not pay matplotlib's import (`attention.heatmaps.agg_figure` imports it at the first
+    figure); a module-level matplotlib import anywhere on their path fails this."""
+    import subprocess
+    import sys
+
+    code = "import sys, train, evaluate; print(sorted(m for m in sys.modules if m.startswith('matplotlib')))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
