@@ -451,6 +451,7 @@ def test_alignment_peers_without_eflomal_is_one_line():
                              "(or pip install eflomal)\n")
 
 
+@pytest.mark.long
 def test_alignment_readings_bench(reverse_workdir, tmp_path):
     """bench/alignment_readings.py on the en->de run (pairs and gold swapped to its
     direction): one row per kept checkpoint, each reading's scores equal to `align`'s

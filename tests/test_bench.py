@@ -186,6 +186,7 @@ def test_step_profile_trace_summary_counts_device_kernels(tmp_path):
     assert summary["top_kernels"][0]["calls_per_step"] == 1.0
 
 
+@pytest.mark.long
 def test_previews_smoke(tmp_path):
     out = tmp_path / "previews.json"
     result = run_script("bench/previews.py", "--examples", "1", "--source", "5", "--target",
@@ -199,6 +200,7 @@ def test_previews_smoke(tmp_path):
         assert data[key] > 0 and len(data["runs"][key]) == 1, key
 
 
+@pytest.mark.long
 def test_save_stall_smoke(tmp_path):
     out = tmp_path / "saves.json"
     result = run_script("bench/save_stall.py", "--config", "configs/smoke.py", "--saves", "2",
