@@ -65,8 +65,9 @@ def _draw(ax, matrix: np.ndarray, queries: Sequence[str], keys: Sequence[str], f
 def agg_figure(**kwargs) -> Figure:
     """A matplotlib `Figure(**kwargs)` on its own Agg canvas.
 
-    matplotlib is imported here, at the first figure, not with this module: train.py and
-    evaluate.py import the module and only their preview worker draws (0.4 s a start)."""
+    matplotlib is imported here, at the first figure, not with this module: train.py
+    imports the module but draws in its preview worker, and evaluate.py draws only when
+    asked for previews, so neither pays matplotlib's import on starting."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
