@@ -57,9 +57,9 @@ def test_the_rule_sees_an_upward_import(tmp_path):
 
 
 def test_training_and_evaluation_start_without_matplotlib():
-    """train.py and evaluate.py draw previews in their worker process, so their start does
-    not pay matplotlib's import (`attention.heatmaps.agg_figure` imports it at the first
-    figure); a module-level matplotlib import anywhere on their path fails this."""
+    """train.py draws its previews in a worker process and evaluate.py only when asked, so
+    neither start pays matplotlib's import (`attention.heatmaps.agg_figure` imports it at
+    the first figure); a module-level matplotlib import anywhere on their path fails this."""
     import subprocess
     import sys
 
