@@ -26,6 +26,21 @@ DEFAULT_XLA = {"XLA_FLAGS": os.environ.get("XLA_FLAGS", "").replace(FAST_COMPILE
 os.environ["XLA_FLAGS"] = f"{DEFAULT_XLA['XLA_FLAGS']} {FAST_COMPILE}".strip()
 
 
+# A tiny English test set and three systems' translations of it, for the scoring tests.
+REFS = ["A man in a blue shirt is playing the guitar.", "Two dogs run through the snow.",
+        "A woman's bag lies on the street.", "Children play football in a park.",
+        "The old man reads a newspaper on a bench.", "A girl jumps into the lake."]
+SYS_A = ["A man in a blue shirt plays guitar.", "Two dogs are running in the snow.",
+         "The bag of a woman lies on the road.", "Kids are playing soccer in a park.",
+         "An old man is reading a paper on a bench.", "A girl jumps in the water."]
+SYS_B = ["A man in a blue shirt is playing a guitar.", "Two dogs run through snow.",
+         "A woman's bag is lying on the street.", "Children playing football in the park.",
+         "The old man reads the newspaper on a bench.", "A girl jumps into a lake."]
+SYS_C = ["A man wearing blue plays the guitar.", "Two dogs run through the snow.",
+         "A bag lies on the street.", "Children play in a park.",
+         "An old man reads on a bench.", "A girl is jumping into the lake."]
+
+
 def xla_flags(*flags: str) -> dict:
     """A subprocess environment with these XLA flags added to the tests' own."""
     return {"XLA_FLAGS": " ".join([os.environ["XLA_FLAGS"], *flags])}

@@ -7,26 +7,13 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_module
+from conftest import REFS, SYS_A, SYS_B, SYS_C, run_module
 from sacrebleu.metrics import BLEU, CHRF
 
 from common.errors import UserError
 from data.protocol import lc_norm_tok
 from evaluation.scoring import score
 from evaluation.significance import compare_groups
-
-REFS = ["A man in a blue shirt is playing the guitar.", "Two dogs run through the snow.",
-        "A woman's bag lies on the street.", "Children play football in a park.",
-        "The old man reads a newspaper on a bench.", "A girl jumps into the lake."]
-SYS_A = ["A man in a blue shirt plays guitar.", "Two dogs are running in the snow.",
-         "The bag of a woman lies on the road.", "Kids are playing soccer in a park.",
-         "An old man is reading a paper on a bench.", "A girl jumps in the water."]
-SYS_B = ["A man in a blue shirt is playing a guitar.", "Two dogs run through snow.",
-         "A woman's bag is lying on the street.", "Children playing football in the park.",
-         "The old man reads the newspaper on a bench.", "A girl jumps into a lake."]
-SYS_C = ["A man wearing blue plays the guitar.", "Two dogs run through the snow.",
-         "A bag lies on the street.", "Children play in a park.",
-         "An old man reads on a bench.", "A girl is jumping into the lake."]
 
 
 @pytest.mark.parametrize("metric", ["bleu", "chrf", "bleu_lc_tok"])
