@@ -113,9 +113,12 @@ def read_results(paths: list[str]) -> list[dict]:
     results = []
     for path in paths:
         try:
-            results.append(json.loads(Path(path).read_text()))
-        except json.JSONDecodeError as err:
-            raise UserError(f"{path}: not a JSON file ({err.msg})") from None
+            result = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise UserError(f"{path}: not a JSON file ({err})") from None
+        if not isinstance(result, dict):
+            raise UserError(f"{path}: not an evaluate.py result (a JSON object)")
+        results.append(result)
     return results
 
 

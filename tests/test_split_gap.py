@@ -97,3 +97,9 @@ def test_command_prints_writes_and_refuses_a_result_without_a_summary(tmp_path):
     assert run.returncode == 2
     assert run.stderr.strip().count("\n") == 0 and "no bleu_lc_tok" in run.stderr
     assert out.read_bytes() == before
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    run = run_module("evaluation.split_gap", "--valid", str(listed), "--test",
+                     str(files["short"]), "--output", str(out))
+    assert run.returncode == 2 and "not an evaluate.py result" in run.stderr
+    assert out.read_bytes() == before
