@@ -109,14 +109,35 @@ def beam_search(model, src, *, beam_size: int, length_penalty: float = 0.6, max_
                         head_mask=head_mask)
 
 
+def beam_search_nbest(model, src, *, beam_size: int, length_penalty: float = 0.6,
+                      max_length: int) -> SearchOutput:
+    """The `beam_size` hypotheses of each sentence's finished store, best score first: the
+    n-best list a reranker or minimum-Bayes-risk selection (evaluation/mbr.py) chooses from.
+    Entry 0 is `beam_search`'s hypothesis.
+
+    Args: as in `beam_search` (beam_size >= 1 here runs the beam loop even for 1).
+    Returns:
+      `SearchOutput` with a K = beam_size axis after the batch: tokens int32 [B, K, T]
+      (pad after each entry's last token), lengths int32 [B, K], log_probs and scores
+      float32 [B, K]; weights None. An entry the search never filled (fewer than K
+      hypotheses existed: a vocabulary smaller than the beam) has score -inf and
+      comes last.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    return _beam_search(model, src, beam_size=beam_size, alpha=length_penalty,
+                        max_length=max_length, return_weights=False, nbest=True)
+
+
 def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, early_exit=True,
-                 head_mask=None):
+                 head_mask=None, nbest=False):
     """The beam search loop for any beam_size >= 1.
 
     With beam_size=1 it equals greedy search when alpha = 0; with alpha != 0 it may keep
     searching after greedy would stop (a live beam can still beat the finished one),
     which is why `beam_search` routes beam_size=1 to `greedy_search`. `early_exit=False`
     (tests only; a bool or a traced bool) ignores the bound and searches until max_length.
+    `nbest=True` returns the whole finished store instead (`beam_search_nbest`).
     """
     src = jnp.asarray(src, jnp.int32)
     batch, src_len = src.shape
@@ -208,26 +229,29 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
 
     s = jax.lax.while_loop(running(steps), body, s)
 
+    if nbest:  # every store entry, best first; entries never filled stay at -inf, last
+        order = jnp.argsort(-s.fin_score, axis=1)
+
+        def ranked(x):  # [B, K] -> [K, B]
+            return jnp.take_along_axis(x, order, axis=1).T
+
+        tokens, _ = jax.vmap(lambda e, sl, tk: _backtrack(s, e, sl, tk))(
+            ranked(s.fin_step), ranked(s.fin_slot), ranked(s.fin_tok))  # [K, T, B]
+        return SearchOutput(jnp.transpose(tokens, (2, 0, 1)).astype(jnp.int32),
+                            (ranked(s.fin_step) + 1).T.astype(jnp.int32),
+                            ranked(s.fin_lp).T, ranked(s.fin_score).T, None)
+
     best = jnp.argmax(s.fin_score, axis=1)[:, None]
 
     def take(x):
         return jnp.take_along_axis(x, best, axis=1)[:, 0]
 
     end, end_slot, end_tok = take(s.fin_step), take(s.fin_slot), take(s.fin_tok)
-    batch_idx = jnp.arange(batch)
-
-    def backtrack(next_slot, t):
-        """next_slot: slot at step t + 1 of the returned hypothesis -> slot at step t."""
-        before = t < end
-        token = jnp.where(t == end, end_tok,
-                          jnp.where(before, s.tok_hist[t, batch_idx, next_slot], PAD_ID))
-        slot = jnp.where(before, s.par_hist[t, batch_idx, next_slot], end_slot)
-        return slot, (token, slot)
-
-    _, (tokens, slots) = jax.lax.scan(backtrack, end_slot, jnp.arange(steps), reverse=True)
+    tokens, slots = _backtrack(s, end, end_slot, end_tok)
     lengths = end + 1
     weights = None
     if return_weights:
+        batch_idx = jnp.arange(batch)
         flat = batch_idx[None, :] * k + slots  # [T, B]
         keep = (jnp.arange(steps)[:, None] < lengths[None, :])[:, :, None, None, None]
 
@@ -239,3 +263,25 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
                    "cross": gather(s.w_cross)}
     return SearchOutput(tokens.T.astype(jnp.int32), lengths.astype(jnp.int32),
                         take(s.fin_lp), take(s.fin_score), weights)
+
+
+def _backtrack(s: BeamState, end, end_slot, end_tok):
+    """One store entry per sentence, followed back through the beams' back-pointers.
+
+    end, end_slot, end_tok: int32 [B], the entry's `fin_step`, `fin_slot` and `fin_tok`.
+    Returns (tokens [T, B], pad after the entry's last token; slots [T, B], the live slot
+    that fed each step).
+    """
+    steps, batch = s.tok_hist.shape[0], s.tok_hist.shape[1]
+    batch_idx = jnp.arange(batch)
+
+    def step(next_slot, t):
+        """next_slot: slot at step t + 1 of the entry -> slot at step t."""
+        before = t < end
+        token = jnp.where(t == end, end_tok,
+                          jnp.where(before, s.tok_hist[t, batch_idx, next_slot], PAD_ID))
+        slot = jnp.where(before, s.par_hist[t, batch_idx, next_slot], end_slot)
+        return slot, (token, slot)
+
+    _, out = jax.lax.scan(step, end_slot, jnp.arange(steps), reverse=True)
+    return out

@@ -34,16 +34,19 @@ from tqdm import tqdm
 
 from data.batching import eval_batches, length_groups, make_batch, restore_order
 from data.tokenizer import EOS_ID, PAD_ID
-from models.beam_search import beam_search
+from models.beam_search import beam_search, beam_search_nbest
 from models.contributions import contributions as contributions_of
 from models.search import SearchOutput, max_target_length
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "beam_size", "max_length",
-                                             "return_weights"))
+                                             "return_weights", "nbest"))
 def _translate_jit(graphdef, state, src, length_penalty, head_mask, *, beam_size, max_length,
-                   return_weights):
+                   return_weights, nbest=False):
     model = nnx.merge(graphdef, state)
+    if nbest:
+        return beam_search_nbest(model, src, beam_size=beam_size, length_penalty=length_penalty,
+                                 max_length=max_length)
     return beam_search(model, src, beam_size=beam_size, length_penalty=length_penalty,
                        max_length=max_length, return_weights=return_weights,
                        head_mask=head_mask)
@@ -58,17 +61,19 @@ def _static_max_length(src, max_length) -> int:
 
 def translate_split(graphdef, state, src, *, beam_size: int = 1, length_penalty: float = 0.6,
                     max_length: int | None = None, return_weights: bool = False,
-                    head_mask: dict | None = None) -> SearchOutput:
+                    head_mask: dict | None = None, nbest: bool = False) -> SearchOutput:
     """`translate` for a model already split with `nnx.split` (graphdef, state).
 
     head_mask: {kind: [L, H] or [L, B, H]} heads kept (1) or removed (0), traced (other
     masks of the same shapes do not recompile); None decodes with every head.
+    nbest: return each sentence's `beam_size` best hypotheses (`beam_search_nbest`: an
+    axis K after the batch; no maps, no head mask).
     """
     max_length = _static_max_length(src, max_length)
     return _translate_jit(
         graphdef, state, jnp.asarray(src, jnp.int32),
         jnp.asarray(length_penalty, jnp.float32), head_mask, beam_size=int(beam_size),
-        max_length=max_length, return_weights=bool(return_weights),
+        max_length=max_length, return_weights=bool(return_weights), nbest=bool(nbest),
     )
 
 
@@ -112,6 +117,18 @@ def to_token_lists(output: SearchOutput) -> list[list[int]]:
     return result
 
 
+def to_nbest_lists(output: SearchOutput) -> list[list[list[int]]]:
+    """Host-side, for an n-best `output` (tokens [B, K, T]): each sentence's entries as
+    `to_token_lists` gives them, best first, the never-filled (-inf) entries left out."""
+    tokens, lengths, scores = (np.asarray(x) for x in (output.tokens, output.lengths,
+                                                      output.scores))
+    batch, k, steps = tokens.shape
+    flat = to_token_lists(SearchOutput(tokens.reshape(batch * k, steps),
+                                       lengths.reshape(-1), None, None, None))
+    return [[flat[b * k + j] for j in range(k) if np.isfinite(scores[b, j])]
+            for b in range(batch)]
+
+
 def translate_ids(
     model,
     source_ids: Sequence[Sequence[int]],
@@ -121,11 +138,13 @@ def translate_ids(
     batch_size: int = 64,
     bucket_step: int = 8,
     progress: bool = False,
-) -> list[list[int]]:
+    nbest: bool = False,
+) -> list[list[int]] | list[list[list[int]]]:
     """Translate tokenized sentences (each ending in eos).
 
     Returns one list of target ids per input, in input order, without bos/eos/pad.
-    An empty source (just eos) still gets a (possibly empty) translation.
+    An empty source (just eos) still gets a (possibly empty) translation. With
+    `nbest`: per input, its `beam_size` best hypotheses (`to_nbest_lists`), best first.
     """
     graphdef, state = nnx.split(model)
     outputs, orders = [], []
@@ -133,9 +152,10 @@ def translate_ids(
     batches = list(eval_batches(source_ids, batch_size=batch_size, bucket_step=bucket_step))
     for batch, indices in tqdm(batches, disable=not progress, desc="decode", unit="batch",
                                dynamic_ncols=True):
-        result = translate_split(graphdef, state, batch["src"], beam_size=beam_size,
-                                 length_penalty=length_penalty)
-        outputs.append(to_token_lists(jax.device_get(result)))
+        result = jax.device_get(translate_split(graphdef, state, batch["src"],
+                                                beam_size=beam_size,
+                                                length_penalty=length_penalty, nbest=nbest))
+        outputs.append(to_nbest_lists(result) if nbest else to_token_lists(result))
         orders.append(indices)
     return restore_order(outputs, orders, len(source_ids))
 

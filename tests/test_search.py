@@ -199,15 +199,17 @@ def prefix_log_probs(tables, src_row, hyps):
 STEPS = []  # positions fed by PrefixModel (one callback object, so one compilation)
 
 
-@functools.partial(jax.jit, static_argnames=("beam", "max_length", "return_weights"))
-def prefix_search(tables, src, alpha, *, beam, max_length, early_exit=True, return_weights=False):
+@functools.partial(jax.jit, static_argnames=("beam", "max_length", "return_weights", "nbest"))
+def prefix_search(tables, src, alpha, *, beam, max_length, early_exit=True, return_weights=False,
+                  nbest=False):
     """beam 0: greedy_search; beam >= 1: the beam search loop itself (no greedy routing)."""
     model = PrefixModel(*tables, on_step=STEPS.append)
     if beam == 0:
         return search.greedy_search(model, src, max_length=max_length,
                                     return_weights=return_weights)
     return beam_search._beam_search(model, src, beam_size=beam, alpha=alpha, max_length=max_length,
-                               return_weights=return_weights, early_exit=early_exit)
+                               return_weights=return_weights, early_exit=early_exit,
+                               nbest=nbest)
 
 
 def nonpad(row):
@@ -310,6 +312,61 @@ def test_early_exit_bound_does_not_change_the_result(alpha):
             np.testing.assert_array_equal(fast.tokens, slow.tokens)
             np.testing.assert_allclose(fast.scores, slow.scores, atol=1e-6)
     assert exited_early >= 2  # the whole batch stopped before max_length
+
+
+def nbest_lists(out) -> list[list[list[int]]]:
+    """Each sentence's n-best entries as token lists (eos included), -inf entries left out."""
+    tokens, lengths, scores = (np.asarray(x) for x in (out.tokens, out.lengths, out.scores))
+    return [hypotheses(SearchOutputRows(tokens[b][np.isfinite(scores[b])],
+                                        lengths[b][np.isfinite(scores[b])]))
+            for b in range(len(tokens))]
+
+
+class SearchOutputRows:  # the two fields `hypotheses` reads
+    def __init__(self, tokens, lengths):
+        self.tokens, self.lengths = tokens, lengths
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, -0.5])
+def test_exhaustive_nbest_is_every_hypothesis_best_first(alpha):
+    """With a beam as wide as the number of hypotheses, the n-best list is all of them,
+    in brute force's order, each with its own log-prob and normalized score."""
+    hyps = all_hypotheses(EXHAUSTIVE_LENGTH)
+    beam = len(hyps) + 2  # two entries more than there are hypotheses: left at -inf
+    for seed in range(4):
+        tables = prefix_tables(seed, max_length=EXHAUSTIVE_LENGTH)
+        out = prefix_search(tables, jnp.asarray(SRC), alpha, beam=beam,
+                            max_length=EXHAUSTIVE_LENGTH, nbest=True)
+        assert out.tokens.shape == (len(SRC), beam, EXHAUSTIVE_LENGTH)
+        for b, found in enumerate(nbest_lists(out)):
+            best, scores, lps = brute_force(prefix_log_probs(tables, SRC[b], hyps), hyps, alpha)
+            assert sorted(map(tuple, found)) == sorted(map(tuple, hyps))
+            np.testing.assert_allclose(out.scores[b, : len(hyps)], scores, atol=1e-4)
+            lp = prefix_log_probs(tables, SRC[b], found)
+            np.testing.assert_allclose(out.log_probs[b, : len(hyps)], lp, atol=1e-4)
+            assert np.all(np.isneginf(out.scores[b, len(hyps):]))
+
+
+@pytest.mark.parametrize("beam", [2, 4])
+def test_nbest_starts_with_the_beams_hypothesis_and_scores_each_entry(beam):
+    """A narrow beam's n-best: entry 0 is beam search's answer; the entries are distinct,
+    best first, and each is scored as teacher forcing scores it."""
+    max_length = 6
+    for seed in range(6):
+        tables = prefix_tables(seed, max_length=max_length, eos_bias=1.0)
+        one = prefix_search(tables, jnp.asarray(SRC), 0.6, beam=beam, max_length=max_length)
+        out = prefix_search(tables, jnp.asarray(SRC), 0.6, beam=beam, max_length=max_length,
+                            nbest=True)
+        np.testing.assert_array_equal(out.tokens[:, 0], one.tokens)
+        np.testing.assert_array_equal(out.lengths[:, 0], one.lengths)
+        np.testing.assert_allclose(out.scores[:, 0], one.scores, atol=1e-6)
+        for b, found in enumerate(nbest_lists(out)):
+            assert len(found) == beam and len(set(map(tuple, found))) == beam
+            assert np.all(np.diff(np.asarray(out.scores[b])) <= 1e-6)
+            lp = prefix_log_probs(tables, SRC[b], found)
+            np.testing.assert_allclose(out.log_probs[b], lp, atol=1e-4)
+            lengths = np.array([len(h) for h in found])
+            np.testing.assert_allclose(out.scores[b], lp / penalty(lengths, 0.6), atol=1e-4)
 
 
 def test_beam_loop_with_one_beam_and_no_penalty_is_greedy():
@@ -485,3 +542,22 @@ def test_filler_rows_are_done_from_the_start():
         np.testing.assert_array_equal(np.asarray(together.tokens[0]), np.asarray(alone.tokens[0]))
     greedy = search.greedy_search(model, padded, max_length=12)
     assert np.asarray(greedy.lengths)[1:].tolist() == [0, 0, 0]
+
+
+def test_transformer_nbest_entry_zero_is_the_translation_and_entries_score_as_forced():
+    """models/translate.py's n-best on a Transformer: entry 0 is `translate`'s answer, and
+    each entry's log-prob is what teacher forcing it gives."""
+    from models.translate import to_nbest_lists, translate_split
+
+    model = make_model(3, eos_bias=1.0)
+    graphdef, state = nnx.split(model)
+    one = translate(model, SRC, beam_size=4, length_penalty=0.6, max_length=6)
+    out = translate_split(graphdef, state, SRC, beam_size=4, length_penalty=0.6, max_length=6,
+                          nbest=True)
+    np.testing.assert_array_equal(out.tokens[:, 0], one.tokens)
+    np.testing.assert_allclose(out.scores[:, 0], one.scores, atol=1e-6)
+    lists = to_nbest_lists(jax.device_get(out))
+    assert lists[0][0] == to_token_lists(one)[0] and all(len(x) == 4 for x in lists)
+    for b, found in enumerate(nbest_lists(out)):
+        forced, _ = teacher_force(model, SRC[b], found, max_length=6)
+        np.testing.assert_allclose(out.log_probs[b], forced, atol=1e-4)
