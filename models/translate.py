@@ -1,5 +1,6 @@
 """Jitted decoding: one batch (`translate`, `translate_split`) or a whole corpus
-(`translate_ids`), and the attention maps of a few sentences (`record_maps`, or
+(`translate_ids`), a corpus's pairs scored by teacher forcing (`sequence_log_probs`),
+and the attention maps of a few sentences (`record_maps`, or
 `record_maps_grouped` for any number of them, in batches of similar length).
 `decode_shapes`, `compile_translate` and `compile_record_maps` compile those programs
 without running them (validation's, ahead of time: evaluation/precompile.py).
@@ -117,16 +118,17 @@ def to_token_lists(output: SearchOutput) -> list[list[int]]:
     return result
 
 
-def to_nbest_lists(output: SearchOutput) -> list[list[list[int]]]:
-    """Host-side, for an n-best `output` (tokens [B, K, T]): each sentence's entries as
-    `to_token_lists` gives them, best first, the never-filled (-inf) entries left out."""
+def to_nbest_lists(output: SearchOutput) -> list[list[tuple[list[int], float]]]:
+    """Host-side, for an n-best `output` (tokens [B, K, T]): each sentence's entries,
+    best first, as (ids as `to_token_lists` gives them, the search's score), the
+    never-filled (-inf) entries left out."""
     tokens, lengths, scores = (np.asarray(x) for x in (output.tokens, output.lengths,
                                                       output.scores))
     batch, k, steps = tokens.shape
     flat = to_token_lists(SearchOutput(tokens.reshape(batch * k, steps),
                                        lengths.reshape(-1), None, None, None))
-    return [[flat[b * k + j] for j in range(k) if np.isfinite(scores[b, j])]
-            for b in range(batch)]
+    return [[(flat[b * k + j], float(scores[b, j])) for j in range(k)
+             if np.isfinite(scores[b, j])] for b in range(batch)]
 
 
 def translate_ids(
@@ -139,12 +141,13 @@ def translate_ids(
     bucket_step: int = 8,
     progress: bool = False,
     nbest: bool = False,
-) -> list[list[int]] | list[list[list[int]]]:
+) -> list[list[int]] | list[list[tuple[list[int], float]]]:
     """Translate tokenized sentences (each ending in eos).
 
     Returns one list of target ids per input, in input order, without bos/eos/pad.
     An empty source (just eos) still gets a (possibly empty) translation. With
-    `nbest`: per input, its `beam_size` best hypotheses (`to_nbest_lists`), best first.
+    `nbest`: per input, its `beam_size` best hypotheses with their scores
+    (`to_nbest_lists`: (ids, score) pairs), best first.
     """
     graphdef, state = nnx.split(model)
     outputs, orders = [], []
@@ -158,6 +161,36 @@ def translate_ids(
         outputs.append(to_nbest_lists(result) if nbest else to_token_lists(result))
         orders.append(indices)
     return restore_order(outputs, orders, len(source_ids))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _forced_log_probs_jit(graphdef, state, src, tgt_in, tgt_out):
+    model = nnx.merge(graphdef, state)
+    logits, _ = model(src, tgt_in)
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    picked = jnp.take_along_axis(log_probs, tgt_out[..., None], axis=-1)[..., 0]
+    return jnp.where(tgt_out != PAD_ID, picked, 0.0).sum(axis=-1)
+
+
+def sequence_log_probs(model, source_ids: Sequence[Sequence[int]],
+                       target_ids: Sequence[Sequence[int]], *, batch_size: int = 64,
+                       bucket_step: int = 8) -> np.ndarray:
+    """float [N]: log p(target + eos | source) of each pair, by teacher forcing (the sum
+    the searches' `log_probs` hold for a hypothesis that ends in eos).
+
+    source_ids: id lists with eos (`encode_source`); target_ids: id lists without specials
+    (`encode_target`, or a search's `to_token_lists`). Batched as `translate_ids` batches.
+    """
+    graphdef, state = nnx.split(model)
+    outputs, orders = [], []
+    for batch, indices in eval_batches(source_ids, target_ids, batch_size=batch_size,
+                                       bucket_step=bucket_step):
+        scores = _forced_log_probs_jit(graphdef, state, jnp.asarray(batch["src"]),
+                                       jnp.asarray(batch["tgt_in"]),
+                                       jnp.asarray(batch["tgt_out"]))
+        outputs.append(np.asarray(scores).tolist())
+        orders.append(indices)
+    return np.asarray(restore_order(outputs, orders, len(source_ids)), np.float64)
 
 
 def decode_shapes(source_ids: Sequence[Sequence[int]], *, batch_size: int = 64,

@@ -557,7 +557,27 @@ def test_transformer_nbest_entry_zero_is_the_translation_and_entries_score_as_fo
     np.testing.assert_array_equal(out.tokens[:, 0], one.tokens)
     np.testing.assert_allclose(out.scores[:, 0], one.scores, atol=1e-6)
     lists = to_nbest_lists(jax.device_get(out))
-    assert lists[0][0] == to_token_lists(one)[0] and all(len(x) == 4 for x in lists)
+    assert lists[0][0] == (to_token_lists(one)[0], pytest.approx(float(one.scores[0])))
+    assert all(len(x) == 4 for x in lists)
     for b, found in enumerate(nbest_lists(out)):
         forced, _ = teacher_force(model, SRC[b], found, max_length=6)
         np.testing.assert_allclose(out.log_probs[b], forced, atol=1e-4)
+
+
+def test_sequence_log_probs_equal_the_searchs_for_every_nbest_entry():
+    """Teacher forcing a corpus's pairs (models/translate.py) gives each n-best entry the
+    log-prob the search summed for it, whatever batch and padding it lands in."""
+    from models.translate import sequence_log_probs, to_nbest_lists, translate_split
+
+    model = make_model(3, eos_bias=1.0)
+    graphdef, state = nnx.split(model)
+    out = jax.device_get(translate_split(graphdef, state, SRC, beam_size=3, length_penalty=0.6,
+                                         max_length=8, nbest=True))
+    lists = to_nbest_lists(out)
+    ended = [(b, j) for b in range(len(SRC)) for j in range(3)
+             if out.tokens[b, j, out.lengths[b, j] - 1] == EOS_ID]
+    assert len(ended) >= 6
+    sources = [nonpad(SRC[b]).tolist() for b, _ in ended]
+    targets = [lists[b][j][0] for b, j in ended]
+    got = sequence_log_probs(model, sources, targets, batch_size=4, bucket_step=3)
+    np.testing.assert_allclose(got, [out.log_probs[b, j] for b, j in ended], atol=1e-4)
