@@ -1,12 +1,12 @@
 """Reranking an n-best list with a reverse model: the direct model's score plus a weight
 times the channel score, log p(source | candidate), of a model trained the other way
-(Shen et al. 2004's reranking with a target-to-source model; the "channel" term of Yee
-et al. 2019's noisy-channel reranking, without its language model).
+(Li & Jurafsky 2016's mutual-information reranking; the "channel" term of Yee et al.
+2019's noisy-channel reranking, without its language model).
 
 Both terms are GNMT-normalised as beam search normalises (models/beam_search.py):
 
-    direct(y)  = log p(y | x) / gnmt(|y| + 1, alpha)      (beam search's own ranking score)
-    channel(y) = log p(x | y) / gnmt(|x| + 1, alpha)
+    direct(y)  = log p(y | x) / gnmt_penalty(|y| + 1, alpha)  (beam search's own score)
+    channel(y) = log p(x | y) / gnmt_penalty(|x| + 1, alpha)
     score(y)   = direct(y) + weight * channel(y)
 
 so weight 0 keeps beam search's answer, and the channel's scale does not grow with the
@@ -22,11 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import UserError
-
-
-def gnmt(length: np.ndarray, alpha: float) -> np.ndarray:
-    """((5 + length) / 6) ** alpha, as `models.beam_search.gnmt_penalty` (length counts eos)."""
-    return ((5.0 + np.asarray(length, np.float64)) / 6.0) ** alpha
 
 
 def rerank_select(direct: list[np.ndarray], channel: list[np.ndarray], weight: float) -> list[int]:
@@ -56,6 +51,7 @@ def channel_scores(reverse, sources: list[str], candidates: list[list[str]], *, 
     reverse: (model, tokenizer) of the reverse run, which reads the candidates as its
     source and scores the sentence's source line as its target.
     """
+    from models.beam_search import gnmt_penalty
     from models.translate import sequence_log_probs
 
     model, tokenizer = reverse
@@ -64,6 +60,7 @@ def channel_scores(reverse, sources: list[str], candidates: list[list[str]], *, 
     back_tgt = tokenizer.encode_target(sources)
     channel = sequence_log_probs(model, back_src, [back_tgt[i] for i in owner],
                                  batch_size=batch_size, bucket_step=bucket_step)
-    channel = channel / gnmt([len(back_tgt[i]) + 1 for i in owner], alpha)
+    channel = channel / np.asarray(gnmt_penalty(np.array([len(back_tgt[i]) + 1 for i in owner]),
+                                                alpha), np.float64)
     bounds = np.cumsum([0, *(len(c) for c in candidates)])
     return [channel[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
