@@ -43,7 +43,7 @@ from models.search import SearchOutput, max_target_length
 @functools.partial(jax.jit, static_argnames=("graphdef", "beam_size", "max_length",
                                              "return_weights", "nbest"))
 def _translate_jit(graphdef, state, src, length_penalty, head_mask, *, beam_size, max_length,
-                   return_weights, nbest=False):
+                   return_weights, nbest):
     model = nnx.merge(graphdef, state)
     if nbest:
         return beam_search_nbest(model, src, beam_size=beam_size, length_penalty=length_penalty,
@@ -90,7 +90,7 @@ def compile_translate(graphdef, state, src_shape: tuple[int, int], max_length: i
     _translate_jit.lower(
         graphdef, state, jax.ShapeDtypeStruct(tuple(src_shape), jnp.int32),
         jax.ShapeDtypeStruct((), jnp.float32), None, beam_size=int(beam_size),
-        max_length=int(max_length), return_weights=bool(return_weights),
+        max_length=int(max_length), return_weights=bool(return_weights), nbest=False,
     ).compile()
 
 
