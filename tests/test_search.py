@@ -317,14 +317,9 @@ def test_early_exit_bound_does_not_change_the_result(alpha):
 def nbest_lists(out) -> list[list[list[int]]]:
     """Each sentence's n-best entries as token lists (eos included), -inf entries left out."""
     tokens, lengths, scores = (np.asarray(x) for x in (out.tokens, out.lengths, out.scores))
-    return [hypotheses(SearchOutputRows(tokens[b][np.isfinite(scores[b])],
-                                        lengths[b][np.isfinite(scores[b])]))
+    return [hypotheses(search.SearchOutput(tokens[b][np.isfinite(scores[b])],
+                                           lengths[b][np.isfinite(scores[b])], None, None, None))
             for b in range(len(tokens))]
-
-
-class SearchOutputRows:  # the two fields `hypotheses` reads
-    def __init__(self, tokens, lengths):
-        self.tokens, self.lengths = tokens, lengths
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, -0.5])
@@ -339,7 +334,7 @@ def test_exhaustive_nbest_is_every_hypothesis_best_first(alpha):
                             max_length=EXHAUSTIVE_LENGTH, nbest=True)
         assert out.tokens.shape == (len(SRC), beam, EXHAUSTIVE_LENGTH)
         for b, found in enumerate(nbest_lists(out)):
-            best, scores, lps = brute_force(prefix_log_probs(tables, SRC[b], hyps), hyps, alpha)
+            _, scores, _ = brute_force(prefix_log_probs(tables, SRC[b], hyps), hyps, alpha)
             assert sorted(map(tuple, found)) == sorted(map(tuple, hyps))
             np.testing.assert_allclose(out.scores[b, : len(hyps)], scores, atol=1e-4)
             lp = prefix_log_probs(tables, SRC[b], found)
