@@ -171,5 +171,6 @@ def get_config() -> ml_collections.ConfigDict:
     maps.enabled = True
     maps.num_examples = 4  # the first N validation sentences, at every eval
     maps.contributions = False  # also norm-based maps and ALTI+ (models/contributions.py)
+    maps.previews = True  # PNGs of each map file, TensorBoard images of their means
 
     return config

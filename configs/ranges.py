@@ -192,6 +192,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     "attention_maps.enabled": SWITCH,
     "attention_maps.num_examples": at_least(0),
     "attention_maps.contributions": SWITCH,
+    "attention_maps.previews": SWITCH,
 }
 
 

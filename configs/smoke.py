@@ -44,6 +44,9 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     config.checkpoint.keep = 2
 
     config.attention_maps.num_examples = 1
+    # The maps are saved; drawing their PNGs would cost a smoke run a third of its CPU
+    # (tests/test_previews.py trains one that draws them).
+    config.attention_maps.previews = False
     if variant == "align":
         config.alignment = alignment_group.get_group()
     return config

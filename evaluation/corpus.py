@@ -144,10 +144,10 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
              valid: tuple[list[str], list[str]], step: int, log: MetricsLog,
              workdir: Path, previews: PreviewDrawer) -> dict[str, float | None]:
     """Validation loss, BLEU and chrF of the configured decoder, logged at `step`, and the
-    attention maps of the first `attention_maps.num_examples` sentences (their PNG and
-    TensorBoard previews handed to `previews`, which may draw them later). With
-    `eval.decode` off, the teacher-forced loss alone (no decoding, BLEU or maps; the event
-    says decode "none" and has no bleu). The event also says where the validation's wall
+    attention maps of the first `attention_maps.num_examples` sentences (with
+    `attention_maps.previews`, their PNG and TensorBoard previews handed to `previews`,
+    which may draw them later). With `eval.decode` off, the teacher-forced loss alone (no
+    decoding, BLEU or maps; the event says decode "none" and has no bleu). The event also says where the validation's wall
     time went: `seconds_loss`, `seconds_decode` (decoding and scoring), `seconds_maps`
     (recording and writing the maps, handing them to `previews`).
     Returns {"loss": label-smoothed loss per target token, "bleu": BLEU or None}."""
@@ -183,7 +183,9 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
                                length_penalty=cfg.eval.length_penalty, step=step,
                                contributions=cfg.attention_maps.get("contributions", False))
             stem = f"valid_step{step:07d}_{maps.decode}"
-            previews.submit(maps, save_maps(workdir / "attention" / f"{stem}.npz", maps))
+            map_file = save_maps(workdir / "attention" / f"{stem}.npz", maps)
+            if cfg.attention_maps.previews:
+                previews.submit(maps, map_file)
     seconds["seconds_maps"] = round(time.perf_counter() - start, 4)
     log.write(step, "valid", **losses, bleu=scores["bleu"], chrf=scores["chrf"],
               decode="greedy" if cfg.eval.beam_size == 1 else "beam", num_sentences=len(sources),

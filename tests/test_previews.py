@@ -3,6 +3,7 @@ evaluation/preview_worker.py) are the ones drawn in line: the same PNG pixels, t
 TensorBoard images, every job done by `close`, and a job's error raised, not lost."""
 
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_script
 from PIL import Image
 from test_mapfile import make_maps
 
@@ -136,3 +138,38 @@ def test_a_worker_that_dies_is_an_error_naming_the_undrawn_map(tmp_path):
             drawer.submit(maps, save(maps, tmp_path, stem))
         drawer.close()
         drawer.raise_error()
+
+
+def image_tags(tensorboard_dir: Path) -> set[tuple[str, int]]:
+    """(tag, step) of every image summary in the folder's event files (TFRecord framing:
+    an 8-byte length, its 4-byte CRC, the record, the record's 4-byte CRC)."""
+    from tensorboardX.proto import event_pb2
+
+    tags = set()
+    for path in tensorboard_dir.glob("events.out.tfevents.*"):
+        data, at = path.read_bytes(), 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at:at + 8])
+            event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+            at += 16 + length
+            tags |= {(v.tag, event.step) for v in event.summary.value if v.HasField("image")}
+    return tags
+
+
+@pytest.mark.parametrize("previews", [True, False])
+def test_training_draws_each_validations_previews_only_when_asked(tmp_path, previews):
+    """train.py with `attention_maps.previews` draws the PNGs of every map file it saves
+    and logs their means to TensorBoard; without it the maps alone are saved."""
+    workdir = tmp_path / "run"
+    result = run_script("train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
+                        "--config.train.num_steps=20",
+                        f"--config.attention_maps.previews={previews}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    stems = sorted(p.stem for p in (workdir / "attention").glob("*.npz"))
+    assert stems == ["valid_step0000020_greedy", "valid_step0000020_teacher_forced"]
+    pngs = sorted(p.name for p in (workdir / "attention").glob("*.png"))
+    expected = sorted(f"{stem}.ex0.cross.{layer}.mean.png" for stem in stems
+                      for layer in ("0", "mean"))
+    assert pngs == (expected if previews else [])
+    images = {("attention/greedy/example0", 20), ("attention/teacher_forced/example0", 20)}
+    assert image_tags(workdir / "tensorboard") == (images if previews else set())
