@@ -531,11 +531,13 @@ def test_filler_rows_are_done_from_the_start():
     model = Transformer(config, rngs=nnx.Rngs(0))
     src = jnp.array([[5, 6, 7, EOS_ID]])
     padded = jnp.concatenate([src, jnp.zeros((3, 4), jnp.int32)])
-    for decode in (lambda s: search.greedy_search(model, s, max_length=12),
-                   lambda s: beam_search.beam_search(model, s, beam_size=3, max_length=12)):
+    # jitted (one program a shape), as decoding runs: op by op, a cold compilation cache
+    # compiles each of the loop's operations on its own
+    for decode in (lambda s: _greedy(model, s, max_length=12),
+                   lambda s: translate(model, s, beam_size=3, max_length=12)):
         alone, together = decode(src), decode(padded)
         np.testing.assert_array_equal(np.asarray(together.tokens[0]), np.asarray(alone.tokens[0]))
-    greedy = search.greedy_search(model, padded, max_length=12)
+    greedy = _greedy(model, padded, max_length=12)
     assert np.asarray(greedy.lengths)[1:].tolist() == [0, 0, 0]
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 from conftest import run_script
+from test_previews import image_tags
 
 
 def read_metrics(workdir):
@@ -68,7 +69,9 @@ def test_smoke_run_writes_the_workdir_and_learns(smoke_workdir):
             maps = load_maps(smoke_workdir / "attention" / f"valid_step{step:07d}_{decode}.npz")
             validate_maps(maps)
             assert maps.step == step and maps.decode == decode
-    assert not list((smoke_workdir / "attention").glob("*.png"))  # smoke: previews off
+    # The smoke config saves the maps without drawing them (tests/test_previews.py draws)
+    assert not list((smoke_workdir / "attention").glob("*.png"))
+    assert not image_tags(smoke_workdir / "tensorboard")
 
 
 @pytest.mark.slow
