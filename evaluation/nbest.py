@@ -4,7 +4,8 @@ run trained the other way, reranking with its channel score (evaluation/rerank.p
 
     python -m evaluation.nbest --workdir W [--split valid] [--checkpoint last --average_last 10]
         [--beam_sizes 5,10,20] [--utilities bleu,chrf] [--length_penalty P]
-        [--reverse_workdir R --weights 0.1,0.3,1.0] --output OUT.json
+        [--reverse_workdir R [--reverse_checkpoint last --reverse_average_last 10]
+         --weights 0.1,0.3,1.0] --output OUT.json
 
 decodes the split's n-best lists once per beam size and scores each selection as
 evaluate.py scores a reading (BLEU, lc-tok BLEU, chrF), with how many sentences it
@@ -25,8 +26,11 @@ from evaluation.mbr import UTILITIES, mbr_select
 def study(workdir: Path, *, split: str, checkpoint: str | None, average_last: int,
           beam_sizes: list[int], utilities: list[str], length_penalty: float | None,
           batch_size: int | None, max_sentences: int, reverse_workdir: Path | None = None,
-          weights: tuple[float, ...] = ()) -> tuple[dict, dict[str, list[str]]]:
-    """The command's readings: (result, {reading label: hypotheses, one a line})."""
+          weights: tuple[float, ...] = (), reverse_checkpoint: str = "last",
+          reverse_average_last: int = 0) -> tuple[dict, dict[str, list[str]]]:
+    """The command's readings: (result, {reading label: hypotheses, one a line}); the
+    reverse run read at `reverse_checkpoint`, averaging its `reverse_average_last` newest
+    saves as `average_last` does the run's."""
     from configs import resolved
     from data.protocol import protocol_of
     from evaluation.corpus import clean_line
@@ -44,8 +48,8 @@ def study(workdir: Path, *, split: str, checkpoint: str | None, average_last: in
         reverse_cfg = resolved.load_config_json(reverse_workdir)
         check_reverse(cfg, reverse_cfg, reverse_workdir)
         reverse_tok = load_tokenizer(reverse_workdir, reverse_cfg)
-        reverse_run = load_params(reverse_workdir, "last", 0, cfg=reverse_cfg,
-                                  tokenizer=reverse_tok)
+        reverse_run = load_params(reverse_workdir, reverse_checkpoint, reverse_average_last,
+                                  cfg=reverse_cfg, tokenizer=reverse_tok)
         reverse = (reverse_run.model, reverse_tok)
     loaded = load_params(workdir, checkpoint, average_last, cfg=cfg, tokenizer=tokenizer)
     alpha = float(cfg.eval.length_penalty) if length_penalty is None else length_penalty
@@ -85,7 +89,10 @@ def study(workdir: Path, *, split: str, checkpoint: str | None, average_last: in
                              for key in ("bleu", "bleu_lc_tok", "chrf")}}
     if reverse_workdir is not None:
         result["reverse"] = {"workdir": str(reverse_workdir),
-                             "checkpoint_step": reverse_run.steps[-1], "weights": list(weights)}
+                             "checkpoint_step": reverse_run.steps[-1],
+                             "checkpoint": {"requested": reverse_run.requested,
+                                            "steps": reverse_run.steps},
+                             "weights": list(weights)}
     return result, hyps
 
 
@@ -100,7 +107,11 @@ def define_flags() -> None:
     flags.DEFINE_list("beam_sizes", ["5", "10", "20"], "n-best sizes, one decoding each.")
     flags.DEFINE_list("utilities", list(UTILITIES), f"MBR utilities, of {UTILITIES} (none: '').")
     flags.DEFINE_string("reverse_workdir", None, "A run trained the other way: reranks "
-                        "with its channel score (its last checkpoint).")
+                        "with its channel score.")
+    flags.DEFINE_string("reverse_checkpoint", "last", "The reverse run's checkpoint: best | "
+                        "last | STEP.")
+    flags.DEFINE_integer("reverse_average_last", 0, "Average the reverse run's N newest "
+                         "checkpoints.")
     flags.DEFINE_list("weights", ["0.1", "0.3", "1.0"], "The channel's weights, with "
                       "--reverse_workdir.")
     flags.DEFINE_float("length_penalty", None, "GNMT alpha (default: the config's).")
@@ -152,7 +163,8 @@ def main(argv: list[str]) -> None:
                          utilities=list(f.utilities), length_penalty=f.length_penalty,
                          batch_size=f.batch_size, max_sentences=f.max_sentences,
                          reverse_workdir=Path(f.reverse_workdir) if f.reverse_workdir else None,
-                         weights=weights)
+                         weights=weights, reverse_checkpoint=f.reverse_checkpoint,
+                         reverse_average_last=f.reverse_average_last)
     files = {}
     for label, lines in hyps.items():
         path = output.with_name(f"{output.stem}.{label}.hyp.txt")

@@ -5,7 +5,7 @@ metrics are collected in one output folder.
 
     python scripts/sweep.py PLAN.toml --runs runs/sweep --out $OUT/sweep \
         [--deadline_minutes 12] [--only NAME,...] [--pack] [--earlier results/sweep/PLAN]
-        [--parallel N]
+        [--parallel N] [--nbest_minutes 3]
 
 The plan file's format: scripts/sweep_plan.py.
 
@@ -27,6 +27,12 @@ metrics.jsonl, eval/*.json}, eval/*.json (the seed summaries), for a teacher
 teacher.log and teacher.train.<reading>.ens<N>.hyp.txt.gz (the distilled text) and,
 with `pack`, seed<k>.tgz.part* (split into 15 MiB parts). `<out>/sweep.json` lists every
 run's run.json, rewritten after each run; a table of the scores is printed at the end.
+
+With an [nbest] table in the plan, once every run has ended, each seed of a run it names
+is read once more by `python -m evaluation.nbest`: its n-best lists, reranked with the
+channel score of the same seed of the same variant trained the other way (lever 5 of
+docs/results.md), both at [read]'s checkpoint; the seeds' mean of each reading goes to
+the run.json's "nbest" and the table.
 
 Runs start in plan order, `--parallel` of them side by side (each its own train.py and
 evaluate.py processes: on a GPU whose tiny steps leave it idle, N runs may cost about
@@ -56,6 +62,7 @@ import math
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -288,6 +295,104 @@ def teacher_text(direction: str, teacher: str, plan: dict, runs_dir: Path, out: 
         return {**info, "file": str(hyp)}
 
 
+def nbest_argv(seed_dir: Path, reverse_dir: Path, split: str, step: str, settings: dict,
+               output: Path) -> list[str]:
+    """`python -m evaluation.nbest`'s command line for one seed and its reverse twin, both
+    read at `step` averaging [read]'s `average_last`."""
+    average = str(settings.get("average_last") or 0)
+    nbest = settings["nbest"]
+    argv = [sys.executable, "-m", "evaluation.nbest", "--workdir", str(seed_dir), "--split",
+            split, "--checkpoint", step, "--average_last", average, "--reverse_workdir",
+            str(reverse_dir), "--reverse_checkpoint", step, "--reverse_average_last", average,
+            "--beam_sizes", ",".join(map(str, nbest["beam_sizes"])),
+            "--weights", ",".join(map(str, nbest["weights"])),
+            "--utilities", ",".join(nbest["utilities"]), "--output", str(output)]
+    if settings.get("batch_size"):
+        argv += ["--batch_size", str(settings["batch_size"])]
+    if settings.get("max_sentences"):
+        argv += ["--max_sentences", str(settings["max_sentences"])]
+    return argv + (["--length_penalty", str(nbest["length_penalty"])]
+                   if nbest["length_penalty"] is not None else [])
+
+
+def seed_means(results: dict[int, dict]) -> list[dict]:
+    """Each reading of the seeds' n-best results (evaluation.nbest JSONs, by seed): the
+    mean and sample standard deviation over the seeds of its scores, and the seeds'."""
+    out = []
+    for i, first in enumerate(next(iter(results.values()))["readings"]):
+        row = {k: first[k] for k in ("label", "beam_size", "selection")}
+        for key in ("bleu", "bleu_lc_tok", "chrf"):
+            xs = [r["readings"][i][key] for r in results.values()]
+            row[key] = statistics.fmean(xs)
+            row[f"{key}_std"] = statistics.stdev(xs) if len(xs) > 1 else None
+        row["per_seed"] = {f"seed{k}": {key: r["readings"][i][key]
+                                        for key in ("bleu", "bleu_lc_tok", "chrf", "changed")}
+                           for k, r in results.items()}
+        out.append(row)
+    return out
+
+
+def sweep_nbest(records: list[dict], plan: dict, runs_dir: Path, out: Path,
+                deadline: float | None) -> list[dict]:
+    """The plan's [nbest] readings (sweep_plan.py) once every run has ended: each done run
+    of a variant and direction it names, whose reverse direction's run of the same variant
+    is done too and has its checkpoints here, decodes each seed's n-best lists and reranks
+    them with the same seed of the reverse run. The results go to `<seed>/eval/<label>.json`
+    (collected as the readings are) and the run.json's "nbest": the command, each seed's
+    exit code and the seeds' mean per reading. A run read so before is skipped. Returns
+    the records, those read updated."""
+    nbest = plan.get("nbest")
+    if not nbest:
+        return records
+    done = {(r["direction"], r["variant"]): r for r in records if r.get("status") == "done"}
+    seeds, read = plan["seeds"], plan["read"]
+    updated = []
+    for record in records:
+        name, reverse = f"{record['direction']}/{record['variant']}", \
+            nbest["reverse"].get(record["direction"])
+        twin = done.get((reverse, record["variant"]))
+        if record.get("status") != "done" or twin is None or record.get("nbest") or \
+                record["variant"] not in nbest["variants"]:
+            updated.append(record)
+            continue
+        parent, reverse_parent = Path(record["workdir"]), Path(twin["workdir"])
+        if not all(checkpoint_steps(d / f"seed{k}") for d in (parent, reverse_parent)
+                   for k in seeds):
+            print(f"sweep: {name}: no n-best here (its or {reverse}'s checkpoints are not on "
+                  "this machine)", flush=True)
+            updated.append(record)
+            continue
+        split, step = read["splits"][0], str(read["checkpoint"])
+        penalty = nbest["length_penalty"]
+        label = f"nbest.{split}.{'step' + step if step.isdigit() else step}" + (
+            f".avg{read['average_last']}" if read.get("average_last") else "") + (
+            f".lp{penalty}" if penalty is not None else "") + f".reverse_{reverse}"
+        target, results, codes = out / name, {}, {}
+        for k in seeds:
+            output = parent / f"seed{k}" / "eval" / f"{label}.json"
+            output.parent.mkdir(parents=True, exist_ok=True)
+            argv = nbest_argv(parent / f"seed{k}", reverse_parent / f"seed{k}", split, step,
+                              {**read, "nbest": nbest}, output)
+            left = None if deadline is None else deadline - time.time()
+            if left is not None and left < 60:
+                print(f"sweep: {name}: no time left for the n-best of seed {k}", flush=True)
+                break
+            codes[f"seed{k}"], _ = run_process(argv, target / "nbest.log", left)
+            if codes[f"seed{k}"] == 0 and output.is_file():
+                results[k] = json.loads(output.read_text(encoding="utf-8"))
+        if len(results) == len(seeds):
+            record["nbest"] = {"label": label, "reverse": f"{reverse}/{record['variant']}",
+                               "command": " ".join(argv[1:]), "exit_codes": codes,
+                               "readings": seed_means(results)}
+            collect(parent, target, seeds)
+            write_json(target / "run.json", record)
+        print(f"sweep: {name} {label}: " + (
+            f"{len(record['nbest']['readings'])} readings" if "nbest" in record else
+            f"incomplete (exit codes {codes}; see nbest.log)"), flush=True)
+        updated.append(record)
+    return updated
+
+
 def copy_earlier(earlier: Path, out: Path) -> list[str]:
     """Copies each run that an earlier sweep's results folder (`--earlier`: brought back
     from another machine) holds as done into `out`, unless `out` has that run already, so
@@ -457,6 +562,9 @@ def table(records: list[dict]) -> str:
         for e in r.get("evaluations") or [{"name": "-"}]:
             lines.append(f"{run:40s} {e['name']:44s} {cell(e, 'bleu')} "
                          f"{cell(e, 'bleu_lc_tok')} {cell(e, 'chrf')}")
+        for e in (r.get("nbest") or {}).get("readings", []):
+            lines.append(f"{run:40s} {'n-best ' + e['label']:44s} {cell(e, 'bleu')} "
+                         f"{cell(e, 'bleu_lc_tok')} {cell(e, 'chrf')}")
     return "\n".join(lines)
 
 
@@ -476,6 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--teach_minutes", type=float, default=3.0,
                         help="time kept under a deadline for a teacher's translation of the "
                              "training split, right after its reading")
+    parser.add_argument("--nbest_minutes", type=float, default=3.0,
+                        help="time kept under a deadline for the plan's [nbest] readings, "
+                             "after every run")
     parser.add_argument("--only", default="", help="comma-separated variant names")
     parser.add_argument("--pack", action="store_true", help="pack every run's checkpoints")
     parser.add_argument("--parallel", type=int, default=1,
@@ -518,9 +629,14 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, interrupt)
     try:
-        records = sweep_all(runs_of(plan, only), plan, runs_dir, out, deadline,
+        # With [nbest], training and reading end early enough for the n-best readings.
+        runs_deadline = None if deadline is None else \
+            deadline - (60 * args.nbest_minutes if plan["nbest"] else 0)
+        records = sweep_all(runs_of(plan, only), plan, runs_dir, out, runs_deadline,
                             args.read_minutes, args.pack, args.parallel, on_record,
                             args.teach_minutes)
+        records = sweep_nbest(records, plan, runs_dir, out, deadline)
+        on_record(records)
     except KeyboardInterrupt:  # sweep_all stopped every training (saved): the same
         print("sweep: interrupted", file=sys.stderr, flush=True)  # command resumes them
         return 130

@@ -31,6 +31,16 @@ scripts/sweep.py runs it, scripts/plans/anchors.toml is one.
     [distill]                      # optional: the teacher's decoding; checkpoint,
     length_penalty = 1.0           # average_last, beam_size, batch_size default to [read]'s,
                                    # length_penalty to the direction config's
+    [nbest]                        # optional, after every run: each seed's n-best lists
+    reverse = { de_en = "en_de" }  # (evaluation.nbest), reranked with the channel score of
+                                   # the same seed of the same variant trained the other
+                                   # way (both runs done here), read at [read]'s checkpoint
+                                   # and average_last, on [read]'s first split
+    beam_sizes = [5, 20]
+    weights = [0.1, 0.3, 1.0]
+    utilities = []                 # optional: MBR's utilities too (bleu, chrf)
+    length_penalty = 1.25          # optional (default the direction config's)
+    variants = ["base"]            # optional (default every variant)
 
 `load_plan` reads and checks it (PlanError: one line saying why), `runs_of` lists its
 runs (one variant of one direction each) in order.
@@ -42,6 +52,8 @@ import tomllib
 from pathlib import Path
 
 TEACH_KEYS = ("checkpoint", "average_last", "beam_size", "batch_size", "length_penalty")
+NBEST_KEYS = ("reverse", "beam_sizes", "weights", "utilities", "length_penalty", "variants")
+MBR_UTILITIES = ("bleu", "chrf")  # evaluation/mbr.py's UTILITIES (the driver imports no attnmt)
 
 
 class PlanError(ValueError):
@@ -85,8 +97,40 @@ def load_plan(path: Path) -> dict:
     if set(distill) - set(TEACH_KEYS):
         raise PlanError(f"{path}: [distill] takes {', '.join(TEACH_KEYS)}, got "
                         f"{sorted(set(distill) - set(TEACH_KEYS))}")
+    nbest = check_nbest(path, plan.get("nbest"), directions, names)
     return {**plan, "seeds": seeds, "directions": directions, "variants": variants,
-            "read": read, "distill": distill}
+            "read": read, "distill": distill, "nbest": nbest}
+
+
+def check_nbest(path: Path, nbest: dict | None, directions: dict, names: list[str]) -> dict | None:
+    """The [nbest] table with its defaults (module docstring), None when there is none;
+    PlanError naming what is wrong."""
+    if nbest is None:
+        return None
+    if set(nbest) - set(NBEST_KEYS):
+        raise PlanError(f"{path}: [nbest] takes {', '.join(NBEST_KEYS)}, got "
+                        f"{sorted(set(nbest) - set(NBEST_KEYS))}")
+    reverse = nbest.get("reverse") or {}
+    if not reverse or not set(reverse) | set(reverse.values()) <= set(directions) or any(
+            a == b for a, b in reverse.items()):
+        raise PlanError(f"{path}: [nbest] reverse must map directions to other directions "
+                        f"of [directions], got {reverse!r}")
+    sizes, weights = nbest.get("beam_sizes", [5]), nbest.get("weights", [])
+    if not sizes or not all(isinstance(k, int) and k >= 2 for k in sizes):
+        raise PlanError(f"{path}: [nbest] beam_sizes must be integers of at least 2, got {sizes!r}")
+    if not weights or not all(isinstance(w, int | float) and w >= 0 for w in weights):
+        raise PlanError(f"{path}: [nbest] weights must be numbers of at least 0, got {weights!r}")
+    utilities = nbest.get("utilities", [])
+    if set(utilities) - set(MBR_UTILITIES):
+        raise PlanError(f"{path}: [nbest] utilities must be of {', '.join(MBR_UTILITIES)}, "
+                        f"got {utilities!r}")
+    variants = nbest.get("variants", names)
+    if set(variants) - set(names):
+        raise PlanError(f"{path}: [nbest] names unknown variants "
+                        f"{sorted(set(variants) - set(names))}")
+    return {"reverse": dict(reverse), "beam_sizes": list(sizes), "weights": list(weights),
+            "utilities": list(utilities),
+            "length_penalty": nbest.get("length_penalty"), "variants": list(variants)}
 
 
 def check_teacher(path: Path, variant: dict, earlier: dict[str, dict], common: dict,

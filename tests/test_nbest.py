@@ -38,14 +38,15 @@ def test_top1_is_evaluates_beam_reading_and_the_channel_reranks(smoke_workdir, r
     out = tmp_path / "nbest.json"
     done = run_module("evaluation.nbest", "--workdir", str(smoke_workdir), "--split", "test",
                       "--max_sentences", SENTENCES, "--beam_sizes", "2,3", "--length_penalty",
-                      "1.0", "--reverse_workdir", str(reverse_run), "--weights", "0,1000",
-                      "--output", str(out))
+                      "1.0", "--reverse_workdir", str(reverse_run), "--reverse_average_last",
+                      "2", "--weights", "0,1000", "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     selections = ("top1", "mbr-bleu", "mbr-chrf", "reverse0", "reverse1000")
     labels = [f"beam{k}.{s}" for k in (2, 3) for s in selections]
     assert [r["label"] for r in result["readings"]] == labels
     assert result["reverse"]["weights"] == [0.0, 1000.0] and result["length_penalty"] == 1.0
+    assert result["reverse"]["checkpoint"] == {"requested": "last", "steps": [20, 40]}
     assert result["files"] == {label: str(tmp_path / f"nbest.{label}.hyp.txt") for label in labels}
     lines = {label: (tmp_path / f"nbest.{label}.hyp.txt").read_text().splitlines()
              for label in labels}
@@ -68,10 +69,11 @@ def test_top1_is_evaluates_beam_reading_and_the_channel_reranks(smoke_workdir, r
     from models.translate import translate_ids
 
     runs = {}
-    for name, workdir in (("forward", smoke_workdir), ("reverse", reverse_run)):
+    for name, workdir, average in (("forward", smoke_workdir, 0), ("reverse", reverse_run, 2)):
         cfg = resolved.load_config_json(workdir)
         tokenizer = load_tokenizer(workdir, cfg)
-        runs[name] = (load_params(workdir, "last", cfg=cfg, tokenizer=tokenizer).model, tokenizer)
+        runs[name] = (load_params(workdir, "last", average, cfg=cfg, tokenizer=tokenizer).model,
+                      tokenizer)
     cfg = resolved.load_config_json(smoke_workdir)
     sources = read_inputs(cfg, "test", None, None, int(SENTENCES)).sources
     model, tokenizer = runs["forward"]

@@ -67,10 +67,26 @@ def test_plan_reading(tmp_path):
     assert [r["length_penalties"] for r in runs] == [[1.0], [1.0, 1.5]]
     assert "--config.attention_maps.enabled=False" in sweep_plan.override_flags(runs[0]["overrides"])
     assert [r["variant"] for r in sweep_plan.runs_of(plan, {"no_dropout"})] == ["no_dropout"]
+    assert plan["nbest"] is None
+    with_nbest = PLAN.replace("[directions]", "[directions]\nback = 'configs/smoke.py'") + \
+        NBEST.replace("smoke_en_de", "back")
+    plan_file.write_text(with_nbest)
+    assert sweep_plan.load_plan(plan_file)["nbest"] == {
+        "reverse": {"smoke": "back"}, "beam_sizes": [2], "weights": [0, 1000],
+        "utilities": ["bleu"], "length_penalty": None, "variants": ["base", "no_dropout"]}
+    from evaluation.mbr import UTILITIES
+    assert tuple(UTILITIES) == sweep_plan.MBR_UTILITIES
     # The anchors' plan reads: 3 seeds, each variant over its directions.
     anchors = sweep_plan.load_plan(REPO / "scripts" / "plans" / "anchors.toml")
     assert anchors["seeds"] == [0, 1, 2] and len(sweep_plan.runs_of(anchors)) >= 3
-    for bad, why in [(PLAN.replace("seeds = 2", "seeds = [1, 2]"), "seeds must be"),
+    for bad, why in [(with_nbest.replace('"back" }', '"smoke" }'), "reverse must map directi"),
+                     (with_nbest.replace('"back" }', '"fr" }'), "reverse must map"),
+                     (with_nbest.replace("[2]", "[1]"), "beam_sizes must be integers"),
+                     (with_nbest.replace("[0, 1000]", "[-1]"), "weights must be numbers"),
+                     (with_nbest.replace('["bleu"]', '["ter"]'), "utilities must be of"),
+                     (with_nbest + "variants = ['kd']\n", "unknown variants"),
+                     (with_nbest + "beam = 5\n", "takes reverse"),
+                     (PLAN.replace("seeds = 2", "seeds = [1, 2]"), "seeds must be"),
                      (PLAN.replace('name = "no_dropout"', 'name = "base"'), "a name of its own"),
                      (PLAN + '[[variants]]\nname = "x"\ndirections = ["fr"]\n', "unknown"),
                      ("seeds = [", "cannot read")]:
@@ -155,6 +171,70 @@ def test_smoke_sweep_end_to_end_and_resumed(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert again.stdout.count("done before, skipped") == 2
     assert (out / "smoke" / "base" / "train.log").read_text() == log
+
+
+REVERSE_CONFIG = """from configs import smoke
+
+
+def get_config():
+    config = smoke.get_config()
+    config.data.source_lang, config.data.target_lang = "en", "de"
+    return config
+"""
+NBEST = """[nbest]
+reverse = { smoke = "smoke_en_de" }
+beam_sizes = [2]
+weights = [0, 1000]
+utilities = ["bleu"]
+"""
+
+
+@pytest.mark.slow
+def test_nbest_reranks_each_seed_with_the_same_seed_trained_the_other_way(tmp_path):
+    """[nbest]: once both directions' runs are done, each seed of the forward one reads
+    its n-best lists reranked with the same seed of the reverse run (evaluation.nbest), at
+    [read]'s checkpoint; the run.json holds the seeds' mean of each reading, and the same
+    command again reads nothing twice."""
+    (tmp_path / "smoke_en_de.py").write_text(REVERSE_CONFIG)
+    plan = SETTINGS + NBEST + f"""[directions]
+smoke = "configs/smoke.py"
+smoke_en_de = "{tmp_path / 'smoke_en_de.py'}"
+[[variants]]
+name = "base"
+"""
+    runs, out, argv, records, printed = run_sweep(tmp_path, plan)
+    forward, backward = records
+    assert [(r["direction"], r["status"]) for r in records] == [("smoke", "done"),
+                                                                ("smoke_en_de", "done")]
+    assert "nbest" not in backward  # en->de has no reverse in the plan
+    label = "nbest.valid.last.reverse_smoke_en_de"
+    nbest = forward["nbest"]
+    assert nbest["label"] == label and nbest["reverse"] == "smoke_en_de/base"
+    assert nbest["exit_codes"] == {"seed0": 0, "seed1": 0}
+    selections = ["top1", "mbr-bleu", "reverse0", "reverse1000"]
+    assert [r["label"] for r in nbest["readings"]] == [f"beam2.{s}" for s in selections]
+    per_seed = {}
+    for k in (0, 1):
+        result = json.loads((out / "smoke" / "base" / f"seed{k}" / "eval" / f"{label}.json")
+                            .read_text())
+        # the same seed of the reverse run, read as the forward one: its newest checkpoint
+        assert Path(result["reverse"]["workdir"]) == runs / "smoke_en_de" / "base" / f"seed{k}"
+        assert result["workdir"] == str(runs / "smoke" / "base" / f"seed{k}")
+        assert result["checkpoint"]["steps"] == result["reverse"]["checkpoint"]["steps"] == [4]
+        assert result["num_sentences"] == 8
+        per_seed[k] = {r["label"]: r for r in result["readings"]}
+    for reading in nbest["readings"]:
+        values = [per_seed[k][reading["label"]]["bleu_lc_tok"] for k in (0, 1)]
+        assert reading["bleu_lc_tok"] == pytest.approx(sum(values) / 2)
+        assert reading["per_seed"]["seed1"]["bleu_lc_tok"] == values[1]
+    # top1 is beam search's own answer: reranking at weight 0 keeps it, changing nothing
+    assert per_seed[0]["beam2.reverse0"]["changed"] == per_seed[0]["beam2.top1"]["changed"] == 0
+    assert "n-best beam2.reverse1000" in printed
+
+    log = (out / "smoke" / "base" / "nbest.log").read_text()
+    again = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert (out / "smoke" / "base" / "nbest.log").read_text() == log
 
 
 TEACHER_PLAN = SETTINGS + """[distill]
