@@ -80,7 +80,10 @@ def study(workdir: Path, *, split: str, checkpoint: str | None, average_last: in
             hyps[label] = lines
             readings.append({"label": label, "beam_size": k, "selection": selection,
                              "changed": sum(j > 0 for j in chosen),
-                             **{key: scores[key] for key in ("bleu", "bleu_lc_tok", "chrf")}})
+                             **{key: scores[key] for key in ("bleu", "bleu_lc_tok", "chrf")},
+                             # sacreBLEU's lines: precisions, brevity penalty, length ratio
+                             **{f"{key}_text": scores[f"{key}_text"]
+                                for key in ("bleu", "bleu_lc_tok", "chrf")}})
     result = {"workdir": str(workdir), "split": inputs.split, "text_protocol": protocol,
               "num_sentences": len(inputs.sources), "checkpoint_step": loaded.steps[-1],
               "checkpoint": {"requested": loaded.requested, "steps": loaded.steps},

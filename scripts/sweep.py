@@ -338,8 +338,8 @@ def sweep_nbest(records: list[dict], plan: dict, runs_dir: Path, out: Path,
     of a variant and direction it names, whose reverse direction's run of the same variant
     is done too and has its checkpoints here, decodes each seed's n-best lists and reranks
     them with the same seed of the reverse run. The results go to `<seed>/eval/<label>.json`
-    (collected as the readings are) and the run.json's "nbest": the command, each seed's
-    exit code and the seeds' mean per reading. A run read so before is skipped. Returns
+    (collected as the readings are) and the run.json's "nbest": each seed's command and
+    exit code, and the seeds' mean per reading. A run read so before is skipped. Returns
     the records, those read updated."""
     nbest = plan.get("nbest")
     if not nbest:
@@ -367,7 +367,7 @@ def sweep_nbest(records: list[dict], plan: dict, runs_dir: Path, out: Path,
         label = f"nbest.{split}.{'step' + step if step.isdigit() else step}" + (
             f".avg{read['average_last']}" if read.get("average_last") else "") + (
             f".lp{penalty}" if penalty is not None else "") + f".reverse_{reverse}"
-        target, results, codes = out / name, {}, {}
+        target, results, codes, commands = out / name, {}, {}, {}
         for k in seeds:
             output = parent / f"seed{k}" / "eval" / f"{label}.json"
             output.parent.mkdir(parents=True, exist_ok=True)
@@ -377,12 +377,13 @@ def sweep_nbest(records: list[dict], plan: dict, runs_dir: Path, out: Path,
             if left is not None and left < 60:
                 print(f"sweep: {name}: no time left for the n-best of seed {k}", flush=True)
                 break
+            commands[f"seed{k}"] = " ".join(argv[1:])
             codes[f"seed{k}"], _ = run_process(argv, target / "nbest.log", left)
             if codes[f"seed{k}"] == 0 and output.is_file():
                 results[k] = json.loads(output.read_text(encoding="utf-8"))
         if len(results) == len(seeds):
             record["nbest"] = {"label": label, "reverse": f"{reverse}/{record['variant']}",
-                               "command": " ".join(argv[1:]), "exit_codes": codes,
+                               "commands": commands, "exit_codes": codes,
                                "readings": seed_means(results)}
             collect(parent, target, seeds)
             write_json(target / "run.json", record)

@@ -96,8 +96,8 @@ def test_top1_is_evaluates_beam_reading_and_the_channel_reranks(smoke_workdir, r
     assert beam.returncode == 0, beam.stderr[-3000:]
     assert (evaluated / "eval" / "beam3.hyp.txt").read_text().splitlines() == lines["beam3.top1"]
     want = json.loads((evaluated / "eval" / "beam3.json").read_text())
-    assert {k: readings["beam3.top1"][k] for k in ("bleu", "bleu_lc_tok", "chrf")} == {
-        k: want[k] for k in ("bleu", "bleu_lc_tok", "chrf")}
+    keys = ("bleu", "bleu_lc_tok", "chrf", "bleu_text", "bleu_lc_tok_text", "chrf_text")
+    assert {k: readings["beam3.top1"][k] for k in keys} == {k: want[k] for k in keys}
 
 
 @pytest.mark.parametrize(("flags", "message"), [

@@ -211,6 +211,8 @@ name = "base"
     nbest = forward["nbest"]
     assert nbest["label"] == label and nbest["reverse"] == "smoke_en_de/base"
     assert nbest["exit_codes"] == {"seed0": 0, "seed1": 0}
+    assert "--reverse_workdir " + str(runs / "smoke_en_de" / "base" / "seed1") in \
+        nbest["commands"]["seed1"]
     selections = ["top1", "mbr-bleu", "reverse0", "reverse1000"]
     assert [r["label"] for r in nbest["readings"]] == [f"beam2.{s}" for s in selections]
     per_seed = {}
