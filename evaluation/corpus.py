@@ -147,9 +147,10 @@ def validate(cfg, graphdef: nnx.GraphDef, params: dict, eval_step, tokenizer,
     attention maps of the first `attention_maps.num_examples` sentences (with
     `attention_maps.previews`, their PNG and TensorBoard previews handed to `previews`,
     which may draw them later). With `eval.decode` off, the teacher-forced loss alone (no
-    decoding, BLEU or maps; the event says decode "none" and has no bleu). The event also says where the validation's wall
-    time went: `seconds_loss`, `seconds_decode` (decoding and scoring), `seconds_maps`
-    (recording and writing the maps, handing them to `previews`).
+    decoding, BLEU or maps; the event says decode "none" and has no bleu). The event also
+    says where the validation's wall time went: `seconds_loss`, `seconds_decode` (decoding
+    and scoring), `seconds_maps` (recording and writing the maps, handing them to
+    `previews`).
     Returns {"loss": label-smoothed loss per target token, "bleu": BLEU or None}."""
     start = time.perf_counter()
     sources, targets = validation_split(cfg, valid)

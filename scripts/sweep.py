@@ -295,15 +295,17 @@ def teacher_text(direction: str, teacher: str, plan: dict, runs_dir: Path, out: 
         return {**info, "file": str(hyp)}
 
 
-def nbest_argv(seed_dir: Path, reverse_dir: Path, split: str, step: str, settings: dict,
-               output: Path) -> list[str]:
-    """`python -m evaluation.nbest`'s command line for one seed and its reverse twin, both
-    read at `step` averaging [read]'s `average_last`."""
-    average = str(settings.get("average_last") or 0)
-    nbest = settings["nbest"]
+def nbest_argv(seed_dir: Path, reverse_dir: Path, split: str, reads: tuple[dict, dict],
+               nbest: dict, output: Path) -> list[str]:
+    """`python -m evaluation.nbest`'s command line for one seed and its reverse twin, each
+    read as its `reads` entry says ({"checkpoint", "average_last"?}); `batch_size` and
+    `max_sentences` are the first's."""
+    (run, reverse), settings = reads, reads[0]
     argv = [sys.executable, "-m", "evaluation.nbest", "--workdir", str(seed_dir), "--split",
-            split, "--checkpoint", step, "--average_last", average, "--reverse_workdir",
-            str(reverse_dir), "--reverse_checkpoint", step, "--reverse_average_last", average,
+            split, "--checkpoint", run["checkpoint"],
+            "--average_last", str(run.get("average_last") or 0),
+            "--reverse_workdir", str(reverse_dir), "--reverse_checkpoint", reverse["checkpoint"],
+            "--reverse_average_last", str(reverse.get("average_last") or 0),
             "--beam_sizes", ",".join(map(str, nbest["beam_sizes"])),
             "--weights", ",".join(map(str, nbest["weights"])),
             "--utilities", ",".join(nbest["utilities"]), "--output", str(output)]
@@ -362,17 +364,26 @@ def sweep_nbest(records: list[dict], plan: dict, runs_dir: Path, out: Path,
                   "this machine)", flush=True)
             updated.append(record)
             continue
-        split, step = read["splits"][0], str(read["checkpoint"])
-        penalty = nbest["length_penalty"]
+        # Each run read as [read] reads it: one cut short at its newest checkpoint alone.
+        reads = []
+        for r, folder in ((record, parent), (twin, reverse_parent)):
+            finished = r["train"]["ended"] == "finished"
+            reads.append({**read_settings(read, finished),
+                          "checkpoint": read_step(folder, seeds, read["checkpoint"], finished)})
+        if any(r["checkpoint"] is None for r in reads):
+            print(f"sweep: {name}: no n-best (a run's seeds share no checkpoint)", flush=True)
+            updated.append(record)
+            continue
+        split, step, penalty = read["splits"][0], reads[0]["checkpoint"], nbest["length_penalty"]
         label = f"nbest.{split}.{'step' + step if step.isdigit() else step}" + (
-            f".avg{read['average_last']}" if read.get("average_last") else "") + (
+            f".avg{reads[0]['average_last']}" if reads[0].get("average_last") else "") + (
             f".lp{penalty}" if penalty is not None else "") + f".reverse_{reverse}"
         target, results, codes, commands = out / name, {}, {}, {}
         for k in seeds:
             output = parent / f"seed{k}" / "eval" / f"{label}.json"
             output.parent.mkdir(parents=True, exist_ok=True)
-            argv = nbest_argv(parent / f"seed{k}", reverse_parent / f"seed{k}", split, step,
-                              {**read, "nbest": nbest}, output)
+            argv = nbest_argv(parent / f"seed{k}", reverse_parent / f"seed{k}", split,
+                              (reads[0], reads[1]), nbest, output)
             left = None if deadline is None else deadline - time.time()
             if left is not None and left < 60:
                 print(f"sweep: {name}: no time left for the n-best of seed {k}", flush=True)

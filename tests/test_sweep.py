@@ -114,6 +114,22 @@ def test_a_run_cut_short_is_read_without_its_averaging_window():
         Path("w"), "valid", "x", "3747", cut, sweep.READ_KEYS)
 
 
+def test_nbest_reads_each_run_as_its_reading_does():
+    """The n-best command reads a finished run at its last-N average and a twin cut short at
+    its newest checkpoint alone, as their [read] evaluations did."""
+    read = {"checkpoint": "last", "average_last": 10, "max_sentences": 8}
+    nbest = {"beam_sizes": [5, 20], "weights": [0.1, 0.3], "utilities": [],
+             "length_penalty": 1.25}
+    argv = sweep.nbest_argv(Path("fwd"), Path("rev"), "valid",
+                            (read, {**sweep.read_settings(read, finished=False),
+                                    "checkpoint": "3747"}), nbest, Path("o.json"))
+    line = " ".join(argv[1:])
+    assert "--workdir fwd --split valid --checkpoint last --average_last 10" in line
+    assert "--reverse_workdir rev --reverse_checkpoint 3747 --reverse_average_last 0" in line
+    assert "--beam_sizes 5,20 --weights 0.1,0.3 --utilities  --output o.json" in line
+    assert line.endswith("--max_sentences 8 --length_penalty 1.25")
+
+
 def run_sweep(tmp_path, plan: str, *flags: str, machine: str = "", check: bool = True) -> tuple:
     """scripts/sweep.py on the plan's text, which must succeed (with `check`), in
     `runs<machine>` and `out<machine>`: (runs folder, results folder, the command, the
