@@ -20,6 +20,7 @@ def first_lines(path: Path, n: int) -> str:
         return "".join(next(f) for _ in range(n))
 
 
+@pytest.mark.slow  # beam search over the whole test set: 25-30 s
 @pytest.mark.skipif(not MODEL.is_dir(), reason="no shipped model in pretrained/de_en_cpu")
 def test_shipped_model_translates_the_test_set_to_its_stated_bleu(tmp_path):
     stated = json.loads(STATED.read_text(encoding="utf-8"))

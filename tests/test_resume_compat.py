@@ -41,6 +41,7 @@ ALIGN_ARGS = ("--config", "configs/align_de_en.py",
               "--config.alignment.prior_ramp_steps=10", "--config.alignment.agreement_start=10")
 
 
+@pytest.mark.slow  # a resume compiled at XLA's defaults, as the fixture was: 25-30 s cold
 def test_resume_of_a_workdir_written_before_the_restructure(tmp_path):
 
     workdir = tmp_path / "run"

@@ -64,6 +64,7 @@ def _batch(rng: np.random.Generator, rows: int, length: int, vocab: int) -> dict
             "tgt_out": jnp.asarray(tgt[:, 1:])}
 
 
+@pytest.mark.slow  # compiles every step shape twice, grouped and alone: 30-40 s cold
 def test_program_of_seeds_equals_each_seed_alone(monkeypatch):
     """Three steps of two seeds through a SeedGroup (their batches of 8 and 6 rows, then of
     different lengths) against each seed's own jitted step: same parameters, optimizer

@@ -103,6 +103,7 @@ def test_link_teachers_spread_each_row_over_its_links_or_put_it_on_null():
     np.testing.assert_allclose(reverse[0, 2], [1, 0, 0, 0])
 
 
+@pytest.mark.slow  # gradients of the whole aligner, twice: 15-25 s on a cold cache
 def test_the_loss_teaches_the_student_the_batchs_links():
     """With "teacher_links" in the batch the student's cross-entropies are taken against
     them, not the heads' agreed posteriors; translation and the heads get the same
@@ -119,7 +120,9 @@ def test_the_loss_teaches_the_student_the_batchs_links():
     def loss(p, batch):
         return align_loss(nnx.merge(graphdef, p), batch, 0.1)
 
-    (_, sums), grads = jax.value_and_grad(loss, has_aux=True)(params.to_pure_dict(), batch)
+    # jitted, as training runs it: op by op, a cold compilation cache compiles each operation
+    loss_and_grads = jax.jit(jax.value_and_grad(loss, has_aux=True))
+    (_, sums), grads = loss_and_grads(params.to_pure_dict(), batch)
     terms = model.forward_with_alignment(batch["src"], batch["tgt_in"], batch["tgt_out"])[3]
     forward, reverse = link_teachers(batch["teacher_links"], batch["src"], batch["tgt_out"])
     real = {k: (batch[k] != PAD_ID) & (batch[k] != EOS_ID) for k in ("src", "tgt_out")}
@@ -130,8 +133,7 @@ def test_the_loss_teaches_the_student_the_batchs_links():
     assert float(sums["align_student_sum"]) == pytest.approx(want, rel=1e-5)
     without = dict(batch)
     del without["teacher_links"]
-    (_, heads_sums), heads_grads = jax.value_and_grad(loss, has_aux=True)(
-        params.to_pure_dict(), without)
+    (_, heads_sums), heads_grads = loss_and_grads(params.to_pure_dict(), without)
     assert float(heads_sums["align_student_sum"]) != pytest.approx(want, rel=1e-3)
     grads.pop("alignment_student")
     heads_grads.pop("alignment_student")
