@@ -299,8 +299,8 @@ def nbest_argv(seed_dir: Path, reverse_dir: Path, split: str, reads: tuple[dict,
                nbest: dict, output: Path) -> list[str]:
     """`python -m evaluation.nbest`'s command line for one seed and its reverse twin, each
     read as its `reads` entry says ({"checkpoint", "average_last"?}); `batch_size` and
-    `max_sentences` are the first's."""
-    (run, reverse), settings = reads, reads[0]
+    `max_sentences` are the run's."""
+    run, reverse = reads
     argv = [sys.executable, "-m", "evaluation.nbest", "--workdir", str(seed_dir), "--split",
             split, "--checkpoint", run["checkpoint"],
             "--average_last", str(run.get("average_last") or 0),
@@ -309,10 +309,10 @@ def nbest_argv(seed_dir: Path, reverse_dir: Path, split: str, reads: tuple[dict,
             "--beam_sizes", ",".join(map(str, nbest["beam_sizes"])),
             "--weights", ",".join(map(str, nbest["weights"])),
             "--utilities", ",".join(nbest["utilities"]), "--output", str(output)]
-    if settings.get("batch_size"):
-        argv += ["--batch_size", str(settings["batch_size"])]
-    if settings.get("max_sentences"):
-        argv += ["--max_sentences", str(settings["max_sentences"])]
+    if run.get("batch_size"):
+        argv += ["--batch_size", str(run["batch_size"])]
+    if run.get("max_sentences"):
+        argv += ["--max_sentences", str(run["max_sentences"])]
     return argv + (["--length_penalty", str(nbest["length_penalty"])]
                    if nbest["length_penalty"] is not None else [])
 
@@ -383,7 +383,7 @@ def sweep_nbest(records: list[dict], plan: dict, runs_dir: Path, out: Path,
             output = parent / f"seed{k}" / "eval" / f"{label}.json"
             output.parent.mkdir(parents=True, exist_ok=True)
             argv = nbest_argv(parent / f"seed{k}", reverse_parent / f"seed{k}", split,
-                              (reads[0], reads[1]), nbest, output)
+                              tuple(reads), nbest, output)
             left = None if deadline is None else deadline - time.time()
             if left is not None and left < 60:
                 print(f"sweep: {name}: no time left for the n-best of seed {k}", flush=True)
