@@ -2,8 +2,10 @@
 
 Every test process and every subprocess it starts (train.py, evaluate.py) shares one
 persistent XLA compilation cache, so the end-to-end tests pay for each compilation once,
-and compiles at XLA's backend optimization level 0: the same programs, a third less CPU
-to compile them (most of a short test run is compiling), results equal to float rounding.
+and compiles them cheaply: XLA's backend optimization level 0 (a third less CPU) and its
+older CPU fusion code generator (`--xla_cpu_use_fusion_emitters=false`: a cold smoke run's
+XLA compile 15.3 s -> 8.4 s, bench/README.md, "Test suite"). The same programs, results
+equal to float rounding; most of a short test run is compiling.
 Speed is measured in bench/, never in tests. A test that compares with numbers written
 by default-compiled code (a stored fixture) sets `DEFAULT_XLA` in its subprocesses.
 """
@@ -21,9 +23,10 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(CACHE))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-FAST_COMPILE = "--xla_backend_optimization_level=0"
-DEFAULT_XLA = {"XLA_FLAGS": os.environ.get("XLA_FLAGS", "").replace(FAST_COMPILE, "").strip()}
-os.environ["XLA_FLAGS"] = f"{DEFAULT_XLA['XLA_FLAGS']} {FAST_COMPILE}".strip()
+FAST_COMPILE = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+DEFAULT_XLA = {"XLA_FLAGS": " ".join(flag for flag in os.environ.get("XLA_FLAGS", "").split()
+                                     if flag not in FAST_COMPILE)}
+os.environ["XLA_FLAGS"] = " ".join([DEFAULT_XLA["XLA_FLAGS"], *FAST_COMPILE]).strip()
 
 
 # A tiny English test set and three systems' translations of it, for the scoring tests.

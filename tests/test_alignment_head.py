@@ -228,7 +228,17 @@ def test_a_train_step_moves_translation_as_without_the_heads():
             state, _ = step(state, batch)
         after[parts] = jax.device_get(state["params"])
     def same(a, b):
-        jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-8), a, b)
+        # Attention key biases left out: their gradient is zero in exact arithmetic (a bias
+        # on the keys adds one constant to each query's logits, which softmax ignores), so
+        # Adam scales float rounding up to steps of the learning rate's size, different in
+        # any two compiled programs.
+        a, b = ({jax.tree_util.keystr(path): x
+                 for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+                 if not jax.tree_util.keystr(path).endswith("['key']['bias']")}
+                for tree in (a, b))
+        assert a.keys() == b.keys()
+        for path in a:
+            np.testing.assert_allclose(a[path], b[path], rtol=1e-6, atol=1e-8, err_msg=path)
 
     assert "alignment_student" in after["heads and student"]
     after["heads and student"].pop("alignment_student")

@@ -233,3 +233,15 @@ def test_save_stall_refuses_a_config_that_is_not_there(tmp_path):
     assert result.returncode == 2 and "no such file" in result.stderr
     result = run_script("bench/save_stall.py", "--variants", "disk", timeout=60)
     assert result.returncode == 2 and "--variants" in result.stderr
+
+
+@pytest.mark.long
+def test_startup_smoke(tmp_path):
+    out = tmp_path / "startup.json"
+    result = run_script("bench/startup.py", "--repeats", "1", "--json", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert list(data["commands"]) == ["python", "ml_dtypes", "jax", "train_bad_flag"]
+    for name, row in data["commands"].items():
+        assert len(row["all_s"]) == 1 and row["median_s"] == row["all_s"][0] > 0, name
+    assert data["versions"]["ml_dtypes"] and data["versions"]["jax"]
