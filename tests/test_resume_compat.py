@@ -39,6 +39,10 @@ ALIGN_ARGS = ("--config", "configs/align_de_en.py",
               "--config.eval.batch_size=64", "--config.eval.max_sentences=8",
               "--config.checkpoint.every_steps=20", "--config.attention_maps.num_examples=1",
               "--config.alignment.prior_ramp_steps=10", "--config.alignment.agreement_start=10")
+# The resumes train and save, no more: validation and attention maps (keys a resume may
+# change) read the parameters without moving them, and compiled at XLA's defaults their
+# programs would be most of these tests' time.
+TRAINING_ONLY = ("--config.eval.every_steps=0", "--config.attention_maps.enabled=False")
 
 
 @pytest.mark.slow  # a resume compiled at XLA's defaults, as the fixture was: 25-30 s cold
@@ -48,7 +52,7 @@ def test_resume_of_a_workdir_written_before_the_restructure(tmp_path):
     shutil.copytree(FIXTURE, workdir, ignore=shutil.ignore_patterns("params_step40.npz"))
     # Compiled as the fixture was (conftest.py): its parameters are compared to float rounding.
     result = run_script("train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
-                        env=DEFAULT_XLA)
+                        *TRAINING_ONLY, env=DEFAULT_XLA)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming from step 20" in result.stderr
 
@@ -63,7 +67,8 @@ def test_resume_of_an_alignment_run_written_before_the_plugin(tmp_path):
     workdir = tmp_path / "run"
     shutil.copytree(ALIGN_FIXTURE, workdir,
                     ignore=shutil.ignore_patterns("params_step40.npz", "data"))
-    result = run_script("train.py", *ALIGN_ARGS, "--workdir", str(workdir), env=DEFAULT_XLA)
+    result = run_script("train.py", *ALIGN_ARGS, "--workdir", str(workdir), *TRAINING_ONLY,
+                        env=DEFAULT_XLA)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming from step 20" in result.stderr
     assert isinstance(load_params(workdir, "40").model, AlignmentTransformer)
