@@ -137,7 +137,6 @@ def test_long_and_empty_pairs_still_get_a_line(smoke_workdir):
     assert links[0] == align(smoke_workdir, srcs[:1], tgts[:1])["links"][0]
 
 
-@pytest.mark.slow
 def test_reverse_model_and_symmetrization(smoke_workdir, reverse_workdir):
     from alignment.command import align
     from common.errors import UserError

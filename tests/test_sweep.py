@@ -205,7 +205,7 @@ utilities = ["bleu"]
 """
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a run of scripts/sweep.py: four smoke trainings and their readings
 def test_nbest_reranks_each_seed_with_the_same_seed_trained_the_other_way(tmp_path):
     """[nbest]: once both directions' runs are done, each seed of the forward one reads
     its n-best lists reranked with the same seed of the reverse run (evaluation.nbest), at
