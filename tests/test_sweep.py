@@ -145,7 +145,7 @@ def run_sweep(tmp_path, plan: str, *flags: str, machine: str = "", check: bool =
             result.stdout)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the driver's one end-to-end run in CI; its other runs are marked long
 def test_smoke_sweep_end_to_end_and_resumed(tmp_path):
     """Both runs side by side (`--parallel 2`): each as it would be alone."""
     runs, out, argv, records, _ = run_sweep(tmp_path, PLAN, "--parallel", "2")
