@@ -11,9 +11,8 @@ another; the result is the median wall time of each (`median_s`, with `all_s`):
   * `train_bad_flag`: `train.py --config configs/smoke.py --config.model.d_modle=64`, an
     error found before anything is written (exit 2): train.py's imports and flag parsing.
 
-Every CLI and every end-to-end test's subprocess pays `jax` once; the test suite starts a
-few hundred of them, so a second here is minutes of CI (bench/README.md, "Test suite").
-`versions` names the packages measured.
+Every CLI and every end-to-end test's subprocess pays `jax` once (bench/README.md,
+"Start-up", holds the figures). `versions` names the packages measured.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import write_json  # noqa: E402
+from bench import finish  # noqa: E402
 
 COMMANDS = {
     "python": ["-c", "pass"],
@@ -82,11 +81,7 @@ def print_table(result: dict) -> None:
 
 
 def main(argv=None) -> None:
-    args = parse_args(argv)
-    result = run(args)
-    print_table(result)
-    if args.json:
-        write_json(args.json, result)
+    finish(parse_args(argv), run, print_table)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,10 @@
 
 Every test process and every subprocess it starts (train.py, evaluate.py) shares one
 persistent XLA compilation cache, so the end-to-end tests pay for each compilation once,
-and compiles them cheaply: XLA's backend optimization level 0 (a third less CPU) and its
-older CPU fusion code generator (`--xla_cpu_use_fusion_emitters=false`: a cold smoke run's
-XLA compile 15.3 s -> 8.4 s, bench/README.md, "Test suite"). The same programs, results
-equal to float rounding; most of a short test run is compiling.
+and compiles them cheaply: XLA's backend optimization level 0 and its older CPU fusion
+code generator (`--xla_cpu_use_fusion_emitters=false`; what each saves: bench/README.md,
+"Test suite"). The same programs, results equal to float rounding; most of a short test
+run is compiling.
 Speed is measured in bench/, never in tests. A test that compares with numbers written
 by default-compiled code (a stored fixture) sets `DEFAULT_XLA` in its subprocesses.
 """
