@@ -48,7 +48,7 @@ def share_scatter(result: dict, path: str | os.PathLike, title: str) -> Path:
         ax.scatter(share[low], y[low], s=14, color="tab:red", label=f"lowest {len(low)}")
         c = result["source_share"]["correlations"][metric]
         stats = ("undefined" if c["spearman"] is None else
-                 f"Spearman {c['spearman']:+.2f}, Pearson {c['pearson']:+.2f}")
+                 f"Spearman {c['spearman']:+z.2f}, Pearson {c['pearson']:+z.2f}")
         ax.set_title(f"{name}: {stats}", fontsize=9)
         ax.set_xlabel("mean ALTI+ source share of the hypothesis")
         ax.set_ylabel(name)

@@ -482,15 +482,15 @@ def summary(result: dict) -> list[str]:
             lines.append(f"  vs sentence {metric}: undefined")
         else:
             partial = share["partial_given_target_steps"][metric]
-            lines.append(f"  vs sentence {metric}: Spearman {m['spearman']:+.3f} (p "
-                         f"{m['spearman_p']:.2g}), Pearson {m['pearson']:+.3f} (p "
+            lines.append(f"  vs sentence {metric}: Spearman {m['spearman']:+z.3f} (p "
+                         f"{m['spearman_p']:.2g}), Pearson {m['pearson']:+z.3f} (p "
                          f"{m['pearson_p']:.2g})" + ("" if partial is None else
                                                      f", Spearman at fixed target steps "
-                                                     f"{partial:+.3f}"))
+                                                     f"{partial:+z.3f}"))
     lines.append("rank agreement (mean / median over sentences):")
     for pair, d in agree.items():
         lines.append(f"  {pair:<22}" + ("undefined" if d["mean"] is None else
-                                         f"{d['mean']:+.3f} / {d['median']:+.3f} (n {d['n']})"))
+                                         f"{d['mean']:+z.3f} / {d['median']:+z.3f} (n {d['n']})"))
     if "diagonal_baseline" in result:
         s = result["diagonal_baseline"]["scores"]["all"]
         lines.append(f"diagonal baseline: AER {100 * s['aer']:.2f} precision "

@@ -150,7 +150,7 @@ def summary_lines(result: dict, baseline: list[str], candidate: list[str]) -> li
     return [f"{result['metric']} ({result['signature']}), {result['sentences']} sentences, "
             f"{result['resamples']} paired resamples",
             side("baseline", baseline), side("candidate", candidate),
-            f"gain {result['gain']:+.2f}, 95% interval [{low:+.2f}, {high:+.2f}], sd "
+            f"gain {result['gain']:+z.2f}, 95% interval [{low:+z.2f}, {high:+z.2f}], sd "
             f"{result['sd']:.2f}, p_not_better {result['p_not_better']:.3f}"]
 
 

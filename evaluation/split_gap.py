@@ -102,9 +102,9 @@ def split_gaps(valid: list[dict], test: list[dict], metric: str = "bleu_lc_tok")
 def summary_line(result: dict) -> str:
     """The mean, in one line."""
     m = result["mean"]
-    diffs = " / ".join(f"{d:+.1f}" for d in m["precision_diffs"])
-    return (f"{result['metric']} gap {m['gap']:+.2f} = precisions {m['precision_part']:+.2f}"
-            f" + brevity {m['brevity_part']:+.2f} (mean of {len(result['models'])}; "
+    diffs = " / ".join(f"{d:+z.1f}" for d in m["precision_diffs"])
+    return (f"{result['metric']} gap {m['gap']:+z.2f} = precisions {m['precision_part']:+z.2f}"
+            f" + brevity {m['brevity_part']:+z.2f} (mean of {len(result['models'])}; "
             f"1- to 4-gram precisions {diffs}; BP {m['bp'][0]:.3f} -> {m['bp'][1]:.3f})")
 
 

@@ -11,7 +11,7 @@ from sacrebleu.metrics import BLEU
 
 from common.errors import UserError
 from evaluation.scoring import score
-from evaluation.split_gap import bleu_parts, split_gap, split_gaps
+from evaluation.split_gap import bleu_parts, split_gap, split_gaps, summary_line
 
 LONG, SHORT = SYS_B, SYS_C  # SYS_C writes much shorter sentences than the references
 
@@ -73,6 +73,17 @@ def test_groups_are_paired_in_order_and_averaged():
         split_gaps([long_], [short, long_])
     with pytest.raises(UserError, match="bleu_lc_tok_text"):
         split_gaps([{"bleu_lc_tok": 40.0}], [long_])
+
+
+def test_summary_line_never_prints_a_negative_zero():
+    """A difference that rounds to zero reads +0.0, not -0.0 (a sign it does not have)."""
+    p = [75.0, 52.0, 37.0, 27.0]
+    tiny = split_gap(parts(exact(p, 0.98), p, 0.98),
+                     parts(exact(p, 0.98) + 0.001, [75.0, 52.0, 37.0, 27.004], 0.98))
+    assert tiny["gap"] < 0 and tiny["precision_diffs"][3] < 0
+    line = summary_line({"metric": "bleu", "models": [tiny], "mean": tiny})
+    assert "-0.0" not in line, line
+    assert "gap +0.00" in line and "+0.0 / +0.0 / +0.0 / +0.0" in line, line
 
 
 def test_command_prints_writes_and_refuses_a_result_without_a_summary(tmp_path):
