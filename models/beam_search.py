@@ -120,8 +120,8 @@ def beam_search_nbest(model, src, *, beam_size: int, length_penalty: float = 0.6
       `SearchOutput` with a K = beam_size axis after the batch: tokens int32 [B, K, T]
       (pad after each entry's last token), lengths int32 [B, K], log_probs and scores
       float32 [B, K]; weights None. An entry the search never filled (fewer than K
-      hypotheses existed: a vocabulary smaller than the beam) has score -inf and
-      comes last.
+      hypotheses existed: a vocabulary smaller than the beam) has score -inf, length 0
+      and comes last.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -238,7 +238,7 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
         tokens, _ = jax.vmap(lambda e, sl, tk: _backtrack(s, e, sl, tk))(
             ranked(s.fin_step), ranked(s.fin_slot), ranked(s.fin_tok))  # [K, T, B]
         return SearchOutput(jnp.transpose(tokens, (2, 0, 1)).astype(jnp.int32),
-                            (ranked(s.fin_step) + 1).T.astype(jnp.int32),
+                            _lengths(ranked(s.fin_step), ranked(s.fin_score)).T,
                             ranked(s.fin_lp).T, ranked(s.fin_score).T, None)
 
     best = jnp.argmax(s.fin_score, axis=1)[:, None]
@@ -248,7 +248,7 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
 
     end, end_slot, end_tok = take(s.fin_step), take(s.fin_slot), take(s.fin_tok)
     tokens, slots = _backtrack(s, end, end_slot, end_tok)
-    lengths = end + 1
+    lengths = _lengths(end, take(s.fin_score))
     weights = None
     if return_weights:
         batch_idx = jnp.arange(batch)
@@ -263,6 +263,13 @@ def _beam_search(model, src, *, beam_size, alpha, max_length, return_weights, ea
                    "cross": gather(s.w_cross)}
     return SearchOutput(tokens.T.astype(jnp.int32), lengths.astype(jnp.int32),
                         take(s.fin_lp), take(s.fin_score), weights)
+
+
+def _lengths(end, score):
+    """int32 lengths of store entries ending at step `end`: 0 for an entry never filled
+    (score -inf: a filler row's, or one of more entries than there were hypotheses), as
+    greedy search gives a filler row."""
+    return jnp.where(jnp.isfinite(score), end + 1, 0).astype(jnp.int32)
 
 
 def _backtrack(s: BeamState, end, end_slot, end_tok):

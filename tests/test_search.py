@@ -340,6 +340,8 @@ def test_exhaustive_nbest_is_every_hypothesis_best_first(alpha):
             lp = prefix_log_probs(tables, SRC[b], found)
             np.testing.assert_allclose(out.log_probs[b, : len(hyps)], lp, atol=1e-4)
             assert np.all(np.isneginf(out.scores[b, len(hyps):]))
+            assert not np.asarray(out.lengths[b, len(hyps):]).any()  # never filled: empty
+            assert not np.asarray(out.tokens[b, len(hyps):]).any()
 
 
 @pytest.mark.parametrize("beam", [2, 4])
@@ -525,7 +527,7 @@ def test_no_recompilation():
 
 def test_filler_rows_are_done_from_the_start():
     """All-pad rows (eval batches filled up to their size) never hold the loop: a sentence
-    decodes the same beside them, and they produce nothing."""
+    decodes the same beside them, and they produce nothing (length 0, greedy or beam)."""
     config = ModelConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, num_heads=2,
                          num_encoder_layers=1, num_decoder_layers=1, d_ff=32, dropout=0.0)
     model = Transformer(config, rngs=nnx.Rngs(0))
@@ -537,8 +539,10 @@ def test_filler_rows_are_done_from_the_start():
                    lambda s: translate(model, s, beam_size=3, max_length=12)):
         alone, together = decode(src), decode(padded)
         np.testing.assert_array_equal(np.asarray(together.tokens[0]), np.asarray(alone.tokens[0]))
-    greedy = _greedy(model, padded, max_length=12)
-    assert np.asarray(greedy.lengths)[1:].tolist() == [0, 0, 0]
+    for out in (_greedy(model, padded, max_length=12),
+                translate(model, padded, beam_size=3, max_length=12)):
+        assert np.asarray(out.lengths)[1:].tolist() == [0, 0, 0]
+        assert not np.asarray(out.tokens)[1:].any()
 
 
 def test_transformer_nbest_entry_zero_is_the_translation_and_entries_score_as_forced():
