@@ -23,6 +23,9 @@ from attention.masks import causal_mask, combine_masks, key_padding_mask
 # What every attention call returns: (output [B, Tq, D_out], weights [B, H, Tq, Tk] or None).
 Attended = tuple[jnp.ndarray, jnp.ndarray | None]
 
+# nnx.Linear's own default kernel initializer.
+LECUN_NORMAL = nnx.initializers.lecun_normal()
+
 
 class MultiHeadAttention(nnx.Module):
     """Multi-head attention with separate query, key, value and output projections.
@@ -37,6 +40,8 @@ class MultiHeadAttention(nnx.Module):
       dropout_rate: attention dropout on the weights.
       dtype: compute dtype; param_dtype: parameter dtype. Softmax is always float32.
       attention_impl: "auto" | "xla" | "cudnn" | "reference" (see `attention.core`).
+      qkv_init, out_init: initializers of the query/key/value and output kernels (default
+        Flax's `lecun_normal`, what nnx.Linear takes when given none); biases start at 0.
     """
 
     def __init__(
@@ -53,6 +58,8 @@ class MultiHeadAttention(nnx.Module):
         dtype: jnp.dtype | None = None,
         param_dtype: jnp.dtype = jnp.float32,
         attention_impl: str = "auto",
+        qkv_init: nnx.Initializer = LECUN_NORMAL,
+        out_init: nnx.Initializer = LECUN_NORMAL,
         rngs: nnx.Rngs,
     ):
         qkv_features = qkv_features or in_features
@@ -69,10 +76,10 @@ class MultiHeadAttention(nnx.Module):
         self.attention_impl = attention_impl
         self.dtype = dtype
         linear = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.query = nnx.Linear(in_features, qkv_features, **linear)
-        self.key = nnx.Linear(kv_in_features, qkv_features, **linear)
-        self.value = nnx.Linear(kv_in_features, value_features, **linear)
-        self.out = nnx.Linear(value_features, out_features, **linear)
+        self.query = nnx.Linear(in_features, qkv_features, kernel_init=qkv_init, **linear)
+        self.key = nnx.Linear(kv_in_features, qkv_features, kernel_init=qkv_init, **linear)
+        self.value = nnx.Linear(kv_in_features, value_features, kernel_init=qkv_init, **linear)
+        self.out = nnx.Linear(value_features, out_features, kernel_init=out_init, **linear)
 
     def _heads(self, x: jnp.ndarray, head_dim: int) -> jnp.ndarray:
         """[B, T, H * d] -> [B, T, H, d]."""

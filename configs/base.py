@@ -99,6 +99,7 @@ def get_config() -> ml_collections.ConfigDict:
     model.attention_dropout = 0.0
     model.activation = "relu"
     model.pre_ln = True
+    model.kernel_init = "lecun_normal"  # lecun_normal (Flax) | xavier_uniform (fairseq)
     model.positions = "sinusoidal"  # sinusoidal | learned
     model.max_positions = 1024  # learned positions only: longest sequence
     model.share_embeddings = True
@@ -119,6 +120,7 @@ def get_config() -> ml_collections.ConfigDict:
     train.grad_clip = 1.0
     train.adam_b1 = 0.9
     train.adam_b2 = 0.98
+    train.adam_eps = 1e-9  # fairseq's Adam: 1e-8
     # Adam's moments as one vector each, the parameters raveled (training/step.py
     # `flat_adamw`): the same update, a train state of 179 arrays instead of 523 for the
     # tiny model, so each step's dispatch and each save handle fewer buffers. A checkpoint

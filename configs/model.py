@@ -22,6 +22,7 @@ POSITIONS = ("sinusoidal", "learned")
 EMBEDDING_GRADS = ("auto", "scatter", "one_hot")
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "reference")
 DTYPES = ("float32", "bfloat16", "float16")
+KERNEL_INITS = ("lecun_normal", "xavier_uniform")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,9 @@ class ModelConfig:
     attention_dropout: float = 0.0  # on the attention weights
     activation: str = "relu"
     pre_ln: bool = True
+    # Weight matrices' initialisation (models/layers.py): Flax's lecun_normal, or fairseq's
+    # xavier_uniform (query/key/value at gain 1/sqrt(2)); embeddings are normal(d^-0.5) in both.
+    kernel_init: str = "lecun_normal"
     positions: str = "sinusoidal"
     max_positions: int = 1024  # learned positions only
     share_embeddings: bool = True  # one table for source, target and output projection
@@ -77,7 +81,7 @@ class ModelConfig:
                 raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         choices = {"activation": ACTIVATIONS, "positions": POSITIONS,
                    "embedding_grad": EMBEDDING_GRADS, "attention_impl": ATTENTION_IMPLS,
-                   "dtype": DTYPES, "param_dtype": DTYPES}
+                   "dtype": DTYPES, "param_dtype": DTYPES, "kernel_init": KERNEL_INITS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise UserError(f"model.{name} must be one of {', '.join(allowed)}, "

@@ -24,7 +24,14 @@ import ml_collections
 
 from common.errors import UserError
 from configs.base import DATASETS, NORMALIZATIONS, PATIENCE_METRICS, SCHEDULES, TEXT_PROTOCOLS
-from configs.model import ACTIVATIONS, ATTENTION_IMPLS, DTYPES, EMBEDDING_GRADS, POSITIONS
+from configs.model import (
+    ACTIVATIONS,
+    ATTENTION_IMPLS,
+    DTYPES,
+    EMBEDDING_GRADS,
+    KERNEL_INITS,
+    POSITIONS,
+)
 
 
 def _number(x: float | None) -> str:
@@ -144,6 +151,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
                                         why="a probability; 1 drops everything"),
     "model.activation": Choice(ACTIVATIONS),
     "model.pre_ln": SWITCH,
+    "model.kernel_init": Choice(KERNEL_INITS),
     "model.positions": Choice(POSITIONS),
     "model.max_positions": at_least(1),
     "model.share_embeddings": SWITCH,
@@ -162,6 +170,7 @@ RANGES: dict[str, Interval | Choice | Any_] = {
     "train.grad_clip": at_least(0, "0 = off"),
     "train.adam_b1": Interval(0, 1, high_open=True, why="Adam's decay rate"),
     "train.adam_b2": Interval(0, 1, high_open=True, why="Adam's decay rate"),
+    "train.adam_eps": Interval(0, 1, low_open=True, why="Adam's denominator floor"),
     "train.flat_optimizer": SWITCH,
     "train.seed": Interval(0, 2**32 - 1, why="a JAX key keeps 32 bits (seed 2**32 would "
                                              "train seed 0 again); NumPy refuses negative seeds"),

@@ -16,9 +16,22 @@ from flax import nnx
 
 from attention import CausalSelfAttention, CrossAttention, CrossKV, KVCache, SelfAttention
 from attention.dropout import dropout
+from attention.modules import LECUN_NORMAL
 from configs.model import EMBEDDING_GRADS, ModelConfig
 
 ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu}
+
+# model.kernel_init -> initializers of (query/key/value, attention output, feed-forward)
+# kernels. fairseq's Transformer (the anchors' code) draws every weight matrix Xavier-uniform
+# and the query/key/value ones at gain 1/sqrt(2) (variance scale 1/2): for a d -> d
+# projection that is half lecun_normal's variance, so the first attention logits are more
+# uniform. Biases start at zero in both.
+_xavier = nnx.initializers.xavier_uniform()
+KERNEL_INITS = {
+    "lecun_normal": (LECUN_NORMAL,) * 3,
+    "xavier_uniform": (nnx.initializers.variance_scaling(0.5, "fan_avg", "uniform"),
+                       _xavier, _xavier),
+}
 
 
 def split_rng(rng: jax.Array | None, num: int) -> list[jax.Array | None]:
@@ -117,8 +130,9 @@ class FeedForward(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         kw = dict(dtype=jnp.dtype(config.dtype), param_dtype=jnp.dtype(config.param_dtype),
                   rngs=rngs)
-        self.up = nnx.Linear(config.d_model, config.d_ff, **kw)
-        self.down = nnx.Linear(config.d_ff, config.d_model, **kw)
+        init = KERNEL_INITS[config.kernel_init][2]
+        self.up = nnx.Linear(config.d_model, config.d_ff, kernel_init=init, **kw)
+        self.down = nnx.Linear(config.d_ff, config.d_model, kernel_init=init, **kw)
         self.activation = ACTIVATIONS[config.activation]
         self.rate = config.dropout
 
@@ -128,9 +142,11 @@ class FeedForward(nnx.Module):
 
 
 def _attention_kwargs(config: ModelConfig) -> dict:
+    qkv_init, out_init, _ = KERNEL_INITS[config.kernel_init]
     return dict(
         dropout_rate=config.attention_dropout, dtype=jnp.dtype(config.dtype),
         param_dtype=jnp.dtype(config.param_dtype), attention_impl=config.attention_impl,
+        qkv_init=qkv_init, out_init=out_init,
     )
 
 

@@ -97,3 +97,31 @@ def test_a_run_cannot_switch_layouts_on_resume():
     check_resume_config(saved, smoke.get_config(), "runs/x")
     with pytest.raises(UserError, match="train.flat_optimizer"):
         check_resume_config(saved, new, "runs/x")
+
+
+@pytest.mark.parametrize("flat_optimizer", [False, True])
+def test_adam_eps_is_the_configs(flat_optimizer):
+    """`train.adam_eps` is Adam's denominator floor: under a constant gradient g the
+    bias-corrected moments are g and g^2, so an update is -lr * g / (|g| + eps), and eps = 1
+    shrinks a gradient of 0.5 to a third. (The second update: warmup's first rate is 0.)"""
+    import jax.numpy as jnp
+
+    from configs import smoke
+    from training.step import build_optimizer, learning_rate_schedule
+
+    cfg = smoke.get_config()
+    cfg.train.grad_clip = 0.0
+    cfg.train.flat_optimizer = flat_optimizer
+    cfg.train.schedule, cfg.train.warmup_steps = "constant", 0
+    lr = float(learning_rate_schedule(cfg.train)(1))
+    assert lr > 0
+    params = {"kernel": jnp.ones((2, 3)), "bias": jnp.ones((3,))}
+    grads = jax.tree.map(lambda p: jnp.full_like(p, 0.5), params)
+    for eps, factor in ((1.0, 0.5 / 1.5), (1e-9, 1.0)):
+        cfg.train.adam_eps = eps
+        optimizer = build_optimizer(cfg.train)
+        _, state = optimizer.update(grads, optimizer.init(params), params)
+        updates, _ = optimizer.update(grads, state, params)
+        decay = cfg.train.weight_decay * lr  # decoupled, on the kernel only
+        np.testing.assert_allclose(updates["bias"], -lr * factor, rtol=1e-6)
+        np.testing.assert_allclose(updates["kernel"], -lr * factor - decay, rtol=1e-6)

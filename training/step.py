@@ -147,7 +147,7 @@ def build_optimizer(cfg_train, groups: Sequence[Sequence[str]] = ()) -> optax.Gr
         else optax.identity(),
         adamw(schedule if every_k == 1 else lambda update: schedule(update * every_k),
               b1=cfg_train.adam_b1, b2=cfg_train.adam_b2,
-              eps=1e-9, weight_decay=cfg_train.weight_decay, mask=decay_mask),
+              eps=cfg_train.get("adam_eps", 1e-9), weight_decay=cfg_train.weight_decay, mask=decay_mask),
     ), every_k)
 
 
