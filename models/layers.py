@@ -25,7 +25,8 @@ ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu}
 # kernels. fairseq's Transformer (the anchors' code) draws every weight matrix Xavier-uniform
 # and the query/key/value ones at gain 1/sqrt(2) (variance scale 1/2): for a d -> d
 # projection that is half lecun_normal's variance, so the first attention logits are more
-# uniform. Biases start at zero in both.
+# uniform. Biases start at zero in both (fairseq leaves its query/key/value biases at
+# PyTorch's default, uniform within 1/sqrt(fan_in): not matched).
 _xavier = nnx.initializers.xavier_uniform()
 KERNEL_INITS = {
     "lecun_normal": (LECUN_NORMAL,) * 3,
