@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,17 +22,25 @@ from configs.model import EMBEDDING_GRADS, ModelConfig
 
 ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu}
 
-# model.kernel_init -> initializers of (query/key/value, attention output, feed-forward)
-# kernels. fairseq's Transformer (the anchors' code) draws every weight matrix Xavier-uniform
-# and the query/key/value ones at gain 1/sqrt(2) (variance scale 1/2): for a d -> d
-# projection that is half lecun_normal's variance, so the first attention logits are more
-# uniform. Biases start at zero in both (fairseq leaves its query/key/value biases at
-# PyTorch's default, uniform within 1/sqrt(fan_in): not matched).
-_xavier = nnx.initializers.xavier_uniform()
+
+class KernelInits(NamedTuple):
+    """Initializers of the query/key/value, attention-output and feed-forward kernels."""
+
+    qkv: nnx.Initializer
+    out: nnx.Initializer
+    feed_forward: nnx.Initializer
+
+
+# model.kernel_init -> KernelInits. fairseq's Transformer (the anchors' code) draws every
+# weight matrix Xavier-uniform and the query/key/value ones at gain 1/sqrt(2) (variance scale
+# 1/2): for a d -> d projection that is half lecun_normal's variance, so the first attention
+# logits are more uniform. Biases start at zero in both (fairseq leaves its query/key/value
+# biases at PyTorch's default, uniform within 1/sqrt(fan_in): not matched).
 KERNEL_INITS = {
-    "lecun_normal": (LECUN_NORMAL,) * 3,
-    "xavier_uniform": (nnx.initializers.variance_scaling(0.5, "fan_avg", "uniform"),
-                       _xavier, _xavier),
+    "lecun_normal": KernelInits(LECUN_NORMAL, LECUN_NORMAL, LECUN_NORMAL),
+    "xavier_uniform": KernelInits(nnx.initializers.variance_scaling(0.5, "fan_avg", "uniform"),
+                                  nnx.initializers.xavier_uniform(),
+                                  nnx.initializers.xavier_uniform()),
 }
 
 
@@ -131,7 +140,7 @@ class FeedForward(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         kw = dict(dtype=jnp.dtype(config.dtype), param_dtype=jnp.dtype(config.param_dtype),
                   rngs=rngs)
-        init = KERNEL_INITS[config.kernel_init][2]
+        init = KERNEL_INITS[config.kernel_init].feed_forward
         self.up = nnx.Linear(config.d_model, config.d_ff, kernel_init=init, **kw)
         self.down = nnx.Linear(config.d_ff, config.d_model, kernel_init=init, **kw)
         self.activation = ACTIVATIONS[config.activation]
@@ -143,11 +152,11 @@ class FeedForward(nnx.Module):
 
 
 def _attention_kwargs(config: ModelConfig) -> dict:
-    qkv_init, out_init, _ = KERNEL_INITS[config.kernel_init]
+    inits = KERNEL_INITS[config.kernel_init]
     return dict(
         dropout_rate=config.attention_dropout, dtype=jnp.dtype(config.dtype),
         param_dtype=jnp.dtype(config.param_dtype), attention_impl=config.attention_impl,
-        qkv_init=qkv_init, out_init=out_init,
+        qkv_init=inits.qkv, out_init=inits.out,
     )
 
 

@@ -57,8 +57,7 @@ def _kernels(kernel_init: str) -> dict[str, np.ndarray]:
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     named = {".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path): np.asarray(v)
              for path, v in flat}
-    biases = [v for name, v in named.items() if name.endswith(".bias") and "norm" not in name
-              and "block" not in name]
+    biases = [v for name, v in named.items() if name.endswith(".bias") and "norm" not in name]
     assert biases and all(np.all(b == 0) for b in biases)  # zero in both schemes
     return {name[:-len(".kernel")]: v for name, v in named.items() if name.endswith(".kernel")}
 
