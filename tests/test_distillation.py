@@ -126,7 +126,9 @@ def test_the_teacher_reads_every_training_pair_as_read(tmp_path):
      "multi30k_en_de_readings/teacher_proxy_ens2_train.json"),
     (ROOT / "data/multi30k/distilled/train.en_fr_bpe10k_ens3.fr.gz",
      "multi30k_en_fr_readings/teacher_ens3_train.json"),
-], ids=["de_en_cpu_ens3", "en_de_proxy_ens2", "en_fr_bpe10k_ens3"])
+    (ROOT / "data/multi30k/distilled/train.en_de_ens3.de.gz",
+     "multi30k_en_de_readings/teacher_ens3_train.json"),
+], ids=["de_en_cpu_ens3", "en_de_proxy_ens2", "en_fr_bpe10k_ens3", "en_de_ens3"])
 def test_a_shipped_teacher_text_is_the_one_its_reading_scored(teacher, reading):
     """Each vendored ensemble translation (data/multi30k/distilled/; the De->En one is
     configs/multi30k_de_en_cpu_kd.py's) has one line per training pair of its reading's
